@@ -1,0 +1,82 @@
+#include "core/attention_batch.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::core {
+namespace {
+
+absl::Status ValidateRagged(absl::string_view name, const RaggedBatch& batch, int64_t width) {
+  if (batch.offsets.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".offsets: expected at least 2 entries (one sequence), got ", batch.offsets.size()));
+  }
+  if (batch.offsets[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".offsets[0]: expected 0, got ", batch.offsets[0]));
+  }
+  for (int64_t i = 0; i < batch.num_sequences(); ++i) {
+    if (batch.length(i) < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " sequence ", i,
+                                                     ": expected length >= 1, got ",
+                                                     batch.length(i)));
+    }
+  }
+  const int64_t expected = batch.rows() * width;
+  if (static_cast<int64_t>(batch.data.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".data: expected ", batch.rows(), " x ",
+                                                   width, " = ", expected, " values, got ",
+                                                   batch.data.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t ScoreElements(const AttentionInputs& in) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < in.query.num_sequences(); ++i) {
+    total += in.query.length(i) * KeyLength(in, i);
+  }
+  return total;
+}
+
+absl::Status ValidateBatch(const AttentionConfig& config, const AttentionInputs& in,
+                           const AttentionOutputs& out) {
+  const int64_t d = config.d_model;
+  if (auto s = ValidateRagged("query", in.query, d); !s.ok()) return s;
+  if (in.memory) {
+    if (auto s = ValidateRagged("memory", *in.memory, d); !s.ok()) return s;
+    if (in.memory->num_sequences() != in.query.num_sequences()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory: expected one sequence per query sequence (", in.query.num_sequences(),
+          "), got ", in.memory->num_sequences()));
+    }
+  }
+  const int64_t scores = ScoreElements(in);
+  if (!in.mask.explicit_mask.empty() &&
+      static_cast<int64_t>(in.mask.explicit_mask.size()) != scores) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.explicit_mask: expected sum of T_i*S_i = ", scores, " entries, got ",
+                     in.mask.explicit_mask.size()));
+  }
+  if (!in.head_mask.empty() && static_cast<int64_t>(in.head_mask.size()) != config.num_heads) {
+    return absl::InvalidArgumentError(absl::StrCat("head_mask: expected ", config.num_heads,
+                                                   " entries (one per head), got ",
+                                                   in.head_mask.size()));
+  }
+  const int64_t out_size = in.query.rows() * d;
+  if (static_cast<int64_t>(out.output.size()) != out_size) {
+    return absl::InvalidArgumentError(absl::StrCat("output: expected ", in.query.rows(), " x ", d,
+                                                   " = ", out_size, " floats, got ",
+                                                   out.output.size()));
+  }
+  const int64_t weights_size = config.num_heads * scores;
+  if (!out.weights.empty() && static_cast<int64_t>(out.weights.size()) != weights_size) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: expected num_heads * sum of T_i*S_i = ",
+                                                   weights_size, " floats, got ",
+                                                   out.weights.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::core

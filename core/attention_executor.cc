@@ -1,0 +1,306 @@
+#include "core/attention_executor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <new>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/attention_tile.h"
+#include "core/onednn_support.h"
+#include "core/projection_runner.h"
+#include "core/score_masking.h"
+
+namespace attnserve::core {
+namespace {
+
+// The projected operands of one forward pass: Q rows, K and V rows (row stride kv_ld; for
+// self-attention all three are column blocks of one [N, 3d] buffer) and the [N, d] buffer the
+// heads are merged into.
+struct Operands {
+  const float* q = nullptr;
+  int64_t q_ld = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t kv_ld = 0;
+  float* context = nullptr;
+  int64_t context_ld = 0;
+};
+
+// A run of consecutive sequences with the same query length t and key length s: they can share
+// one batched primitive because their rows sit at a fixed stride.
+struct SequenceGroup {
+  int64_t first, count, t, s;
+  int64_t q_row, kv_row;  // First query row and first key row of the group.
+  int64_t score_offset;   // Σ T_i·S_i of the sequences before the group.
+};
+
+// A tile: `batch` sequences from `batch_begin` inside the group, query rows [row_begin, +rows).
+struct TilePlace {
+  int64_t batch_begin = 0, row_begin = 0;
+  TileGeometry geometry{};
+};
+
+}  // namespace
+
+struct AttentionExecutor::Impl {
+  explicit Impl(const ExecutorOptions& o)
+      : options(o),
+        stream(CpuEngine()),
+        projections(o.max_cached_shapes),
+        tiles(o.max_cached_shapes) {}
+
+  absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
+                       const AttentionOutputs& out);
+  absl::Status AttendGroup(const AttentionConfig& config, const AttentionInputs& in,
+                           const Operands& op, const SequenceGroup& group, std::span<float> weights);
+  absl::Status AttendTile(const AttentionInputs& in, const Operands& op, const SequenceGroup& group, const TilePlace& tile,
+                          std::span<float> weights);
+  bool MaskTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
+                float* scores);
+  void ZeroBlockedRows(const TileGeometry& g, float* scores) const;
+  void ZeroDisabledHeads(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
+                         const TilePlace& tile) const;
+  void CopyWeights(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
+                   const float* scores, std::span<float> weights) const;
+
+  ExecutorOptions options;
+  dnnl::stream stream;
+  ProjectionRunner projections;
+  AttentionTileCache tiles;
+  AlignedBuffer scratchpad;  // oneDNN's per-primitive scratch, shared by all steps.
+  AlignedBuffer projected;   // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
+  AlignedBuffer projected_memory;  // [M, 2d] cross-attention K|V.
+  AlignedBuffer context;           // [N, d] merged heads before W_O.
+  AlignedBuffer scores;            // One score tile.
+  std::vector<uint8_t> blocked_rows;  // Per tile row: all keys blocked.
+};
+
+AttentionExecutor::AttentionExecutor(const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+AttentionExecutor::~AttentionExecutor() = default;
+
+const ExecutorOptions& AttentionExecutor::options() const { return impl_->options; }
+
+absl::Status AttentionExecutor::Forward(const AttentionLayer& layer, const AttentionInputs& in,
+                                        const AttentionOutputs& out) {
+  if (auto s = ValidateBatch(layer.config(), in, out); !s.ok()) return s;
+  try {
+    return impl_->Forward(layer, in, out);
+  } catch (const dnnl::error& e) {
+    return OneDnnError(e, "attention forward");
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("attention forward: out of memory for scratch buffers");
+  }
+}
+
+absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
+                                              const AttentionInputs& in,
+                                              const AttentionOutputs& out) {
+  if (options.compute_threads > 0) omp_set_num_threads(options.compute_threads);
+  const AttentionConfig& config = layer.config();
+  const int64_t d = config.d_model;
+  const int64_t n = in.query.rows();
+  Operands op{};
+  if (!in.memory) {
+    float* qkv = projected.Reserve(n * 3 * d);
+    if (auto s = projections.Run(in.query.data.data(), n, layer.qkv(), layer.qkv_bias(), qkv,
+                                 stream, scratchpad);
+        !s.ok()) {
+      return s;
+    }
+    op = {.q = qkv, .q_ld = 3 * d, .k = qkv + d, .v = qkv + 2 * d, .kv_ld = 3 * d};
+  } else {
+    float* q = projected.Reserve(n * d);
+    if (auto s = projections.Run(in.query.data.data(), n, layer.q(), layer.q_bias(), q, stream,
+                                 scratchpad);
+        !s.ok()) {
+      return s;
+    }
+    const int64_t m = in.memory->rows();
+    float* kv = projected_memory.Reserve(m * 2 * d);
+    if (auto s = projections.Run(in.memory->data.data(), m, layer.kv(), layer.kv_bias(), kv, stream,
+                                 scratchpad);
+        !s.ok()) {
+      return s;
+    }
+    op = {.q = q, .q_ld = d, .k = kv, .v = kv + d, .kv_ld = 2 * d};
+  }
+  // The single-head variant has no W_O: its one head is written straight into the output.
+  const bool has_o = config.HasOutputProjection();
+  op.context = has_o ? context.Reserve(n * d) : out.output.data();
+  op.context_ld = d;
+
+  const RaggedBatch& keys = in.memory ? *in.memory : in.query;
+  const int64_t num_sequences = in.query.num_sequences();
+  int64_t score_offset = 0;
+  for (int64_t first = 0; first < num_sequences;) {
+    const int64_t t = in.query.length(first), s = KeyLength(in, first);
+    int64_t end = first + 1;
+    while (end < num_sequences && in.query.length(end) == t && KeyLength(in, end) == s) ++end;
+    const SequenceGroup group{first,         end - first, t, s, in.query.offsets[first],
+                              keys.offsets[first], score_offset};
+    if (auto st = AttendGroup(config, in, op, group, out.weights); !st.ok()) return st;
+    score_offset += group.count * t * s;
+    first = end;
+  }
+
+  if (has_o) {
+    if (auto s = projections.Run(op.context, n, layer.o(), layer.o_bias(), out.output.data(),
+                                 stream, scratchpad);
+        !s.ok()) {
+      return s;
+    }
+  }
+  stream.wait();
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
+                                                  const AttentionInputs& in, const Operands& op,
+                                                  const SequenceGroup& group,
+                                                  std::span<float> weights) {
+  const int64_t h = config.num_heads, t = group.t, s = group.s;
+  const int64_t budget = std::max<int64_t>(1, options.score_tile_bytes / int64_t{sizeof(float)});
+  // Whole sequences per tile while they fit the budget; otherwise blocks of query rows.
+  const int64_t per_sequence = h * t * s;
+  const int64_t batch_step =
+      per_sequence <= budget ? std::min(group.count, budget / per_sequence) : 1;
+  const int64_t row_step = per_sequence <= budget ? t : std::clamp<int64_t>(budget / (h * s), 1, t);
+
+  for (int64_t b0 = 0; b0 < group.count; b0 += batch_step) {
+    const int64_t batch = std::min(batch_step, group.count - b0);
+    for (int64_t r0 = 0; r0 < t; r0 += row_step) {
+      const int64_t rows = std::min(row_step, t - r0);
+      // Causal: keys past the tile's last query are blocked for every row, so skip them.
+      const int64_t visible_keys = in.mask.causal ? std::min(s, r0 + rows) : s;
+      TilePlace tile{.batch_begin = b0, .row_begin = r0};
+      tile.geometry = {.batch = batch,
+                       .heads = h,
+                       .rows = rows,
+                       .keys = visible_keys,
+                       .head_dim = config.HeadDim(),
+                       .q_ld = op.q_ld,
+                       .kv_ld = op.kv_ld,
+                       .out_ld = op.context_ld,
+                       // A lone sequence's batch stride is irrelevant; keep it shape-only so that
+                       // equal tiles of different sequences share one cache entry.
+                       .q_batch_stride = (batch > 1 ? t : rows) * op.q_ld,
+                       .kv_batch_stride = (batch > 1 ? s : visible_keys) * op.kv_ld,
+                       .out_batch_stride = (batch > 1 ? t : rows) * op.context_ld};
+      if (auto st = AttendTile(in, op, group, tile, weights); !st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::Impl::AttendTile(const AttentionInputs& in, const Operands& op,
+                                                 const SequenceGroup& group, const TilePlace& tile,
+                                                 std::span<float> weights) {
+  const TileGeometry& g = tile.geometry;
+  absl::StatusOr<AttentionTile*> primitives = tiles.Get(g, scratchpad);
+  if (!primitives.ok()) return primitives.status();
+  AttentionTile& p = **primitives;
+  float* tile_scores = scores.Reserve(g.score_elements());
+  const int64_t q_row = group.q_row + tile.batch_begin * group.t + tile.row_begin;
+  const int64_t kv_row = group.kv_row + tile.batch_begin * group.s;
+
+  p.Scores(stream, op.q + q_row * op.q_ld, op.k + kv_row * op.kv_ld, tile_scores,
+           scratchpad.data());
+  const bool any_blocked = MaskTile(in, group, tile, tile_scores);
+  p.Softmax(stream, tile_scores, scratchpad.data());
+  if (any_blocked) ZeroBlockedRows(g, tile_scores);
+  p.Values(stream, tile_scores, op.v + kv_row * op.kv_ld, op.context + q_row * op.context_ld,
+           scratchpad.data());
+  if (!in.head_mask.empty()) ZeroDisabledHeads(in, op, group, tile);
+  if (!weights.empty()) CopyWeights(in, group, tile, tile_scores, weights);
+  return absl::OkStatus();
+}
+
+// Writes -∞ over blocked scores and records rows with no visible key. Returns whether any row
+// is fully blocked (its softmax is NaN until ZeroBlockedRows).
+bool AttentionExecutor::Impl::MaskTile(const AttentionInputs& in, const SequenceGroup& group,
+                                       const TilePlace& tile, float* tile_scores) {
+  const TileGeometry& g = tile.geometry;
+  const bool has_explicit = !in.mask.explicit_mask.empty();
+  if (!has_explicit && !in.mask.causal) return false;
+  blocked_rows.assign(g.batch * g.rows, 0);
+  bool any_blocked = false;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    const int64_t sequence_scores =
+        group.score_offset + (tile.batch_begin + b) * group.t * group.s;
+    for (int64_t i = 0; i < g.rows; ++i) {
+      const int64_t query = tile.row_begin + i;
+      const int64_t limit = in.mask.causal ? query + 1 : g.keys;
+      if (!has_explicit && limit >= g.keys) continue;
+      const uint8_t* explicit_row =
+          has_explicit ? in.mask.explicit_mask.data() + sequence_scores + query * group.s
+                       : nullptr;
+      for (int64_t head = 0; head < g.heads; ++head) {
+        float* row = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
+        if (MaskScoreRow(row, g.keys, limit, explicit_row) == 0) {
+          blocked_rows[b * g.rows + i] = 1;
+          any_blocked = true;
+        }
+      }
+    }
+  }
+  return any_blocked;
+}
+
+void AttentionExecutor::Impl::ZeroBlockedRows(const TileGeometry& g, float* tile_scores) const {
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t i = 0; i < g.rows; ++i) {
+      if (!blocked_rows[b * g.rows + i]) continue;
+      for (int64_t head = 0; head < g.heads; ++head) {
+        float* row = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
+        std::fill(row, row + g.keys, 0.0f);
+      }
+    }
+  }
+}
+
+void AttentionExecutor::Impl::ZeroDisabledHeads(const AttentionInputs& in, const Operands& op,
+                                                const SequenceGroup& group,
+                                                const TilePlace& tile) const {
+  const TileGeometry& g = tile.geometry;
+  for (int64_t head = 0; head < g.heads; ++head) {
+    if (in.head_mask[head]) continue;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t i = 0; i < g.rows; ++i) {
+        const int64_t row = group.q_row + (tile.batch_begin + b) * group.t + tile.row_begin + i;
+        float* out = op.context + row * op.context_ld + head * g.head_dim;
+        std::fill(out, out + g.head_dim, 0.0f);
+      }
+    }
+  }
+}
+
+// Copies the tile's probabilities into the caller's [h, T, S] blocks; keys the causal tile
+// skipped and disabled heads are written as zeros.
+void AttentionExecutor::Impl::CopyWeights(const AttentionInputs& in, const SequenceGroup& group,
+                                          const TilePlace& tile, const float* tile_scores,
+                                          std::span<float> weights) const {
+  const TileGeometry& g = tile.geometry;
+  const int64_t t = group.t, s = group.s;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    float* sequence =
+        weights.data() + g.heads * (group.score_offset + (tile.batch_begin + b) * t * s);
+    for (int64_t head = 0; head < g.heads; ++head) {
+      const bool enabled = in.head_mask.empty() || in.head_mask[head];
+      for (int64_t i = 0; i < g.rows; ++i) {
+        float* dst = sequence + (head * t + tile.row_begin + i) * s;
+        const float* src = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
+        if (enabled) {
+          std::copy(src, src + g.keys, dst);
+          std::fill(dst + g.keys, dst + s, 0.0f);
+        } else {
+          std::fill(dst, dst + s, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace attnserve::core

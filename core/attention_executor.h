@@ -1,0 +1,64 @@
+// AttentionExecutor: runs forward passes of AttentionLayers over ragged batches on oneDNN.
+//
+// One executor per compute thread: it owns the per-shape oneDNN primitive caches and the scratch
+// buffers, so it is NOT thread-safe; any number of executors may share one AttentionLayer. After
+// a warm-up call with the same shapes, Forward() does no heap allocation of its own.
+//
+// What one Forward() does (multi-head; the single-head variant skips the last step):
+//   1. one fused projection over all rows: [N, d] · W_QKV → [N, 3d]   (cross-attention: queries ·
+//      W_Q and memory · W_KV);
+//   2. per tile of sequences × query rows: scaled QKᵀ over strided head views, mask, softmax, and
+//      P·V written straight into the [N, d] concat buffer (see attention_tile.h);
+//   3. one output projection over all rows: concat · W_O.
+#ifndef ATTNSERVE_CORE_ATTENTION_EXECUTOR_H_
+#define ATTNSERVE_CORE_ATTENTION_EXECUTOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "core/attention_batch.h"
+#include "core/attention_layer.h"
+
+namespace attnserve::core {
+
+struct ExecutorOptions {
+  // OpenMP threads oneDNN uses inside each Forward() (set on the calling thread, which becomes
+  // the OpenMP master). 0 keeps OpenMP's default: OMP_NUM_THREADS, else one per core. The caller's
+  // own threads share the same cores: budget compute_threads + other busy threads <= cores, and
+  // run with OMP_WAIT_POLICY=PASSIVE so idle OpenMP workers sleep instead of spinning.
+  int compute_threads = 0;
+  // Upper bound on one tile of attention scores, in bytes (batch·heads·rows·keys·4). Long
+  // sequences are attended in blocks of query rows so the score tile stays cache-resident instead
+  // of growing as h·T² (134 MB at T = 2048, h = 8). Default 4 MiB (see docs/PERFORMANCE.md).
+  int64_t score_tile_bytes = int64_t{4} << 20;
+  // oneDNN primitives kept per kind (projections, attention tiles) before the least recently
+  // used is dropped. Each distinct batch shape costs one entry (~50 µs to create).
+  size_t max_cached_shapes = 512;
+};
+
+class AttentionExecutor {
+ public:
+  explicit AttentionExecutor(const ExecutorOptions& options = {});
+  ~AttentionExecutor();
+  AttentionExecutor(const AttentionExecutor&) = delete;
+  AttentionExecutor& operator=(const AttentionExecutor&) = delete;
+
+  // Computes `layer` on `in`, writing out.output and, when non-empty, out.weights.
+  // InvalidArgument (naming the field, expected and received values) when `in`/`out` do not fit
+  // the layer's config; Internal if oneDNN fails; ResourceExhausted if scratch memory cannot be
+  // allocated. On error the outputs are unspecified; the executor stays usable.
+  absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
+                       const AttentionOutputs& out);
+
+  const ExecutorOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attnserve::core
+
+#endif  // ATTNSERVE_CORE_ATTENTION_EXECUTOR_H_

@@ -1,0 +1,113 @@
+#include "core/attention_tile.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/onednn_support.h"
+
+namespace attnserve::core {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+}  // namespace
+
+AttentionTile::AttentionTile(const TileGeometry& g) {
+  const dnnl::engine& engine = CpuEngine();
+  const int64_t b = g.batch, h = g.heads, t = g.rows, s = g.keys, dk = g.head_dim;
+  // Heads are a stride of d_k inside a row: the [rows, d_model] buffers read as [b, h, rows, d_k].
+  const dnnl::memory::desc q({b, h, t, dk}, dt::f32, dims{g.q_batch_stride, dk, g.q_ld, 1});
+  const dnnl::memory::desc k_t({b, h, dk, s}, dt::f32, dims{g.kv_batch_stride, dk, 1, g.kv_ld});
+  const dnnl::memory::desc v({b, h, s, dk}, dt::f32, dims{g.kv_batch_stride, dk, g.kv_ld, 1});
+  const dnnl::memory::desc out({b, h, t, dk}, dt::f32, dims{g.out_batch_stride, dk, g.out_ld, 1});
+  const dnnl::memory::desc scores({b, h, t, s}, dt::f32, dnnl::memory::format_tag::abcd);
+  const dnnl::memory::desc score_rows({b * h * t, s}, dt::f32, dnnl::memory::format_tag::ab);
+
+  q_ = dnnl::memory(q, engine, DNNL_MEMORY_NONE);
+  k_ = dnnl::memory(k_t, engine, DNNL_MEMORY_NONE);
+  v_ = dnnl::memory(v, engine, DNNL_MEMORY_NONE);
+  out_ = dnnl::memory(out, engine, DNNL_MEMORY_NONE);
+  scores_ = dnnl::memory(scores, engine, DNNL_MEMORY_NONE);
+  dnnl::memory score_rows_view(score_rows, engine, DNNL_MEMORY_NONE);
+
+  auto make_scratchpad = [&](const dnnl::primitive_desc_base& pd) {
+    scratchpad_bytes_ = std::max(scratchpad_bytes_, pd.scratchpad_desc().get_size());
+    return dnnl::memory(pd.scratchpad_desc(), engine, DNNL_MEMORY_NONE);
+  };
+
+  dnnl::primitive_attr scaled = UserScratchpad();
+  scaled.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(dk))});
+  const dnnl::matmul::primitive_desc qk_pd(dnnl::matmul::desc(q, k_t, scores), scaled, engine);
+  scores_step_.primitive = dnnl::matmul(qk_pd);
+  scores_step_.scratchpad = make_scratchpad(qk_pd);
+  scores_step_.args = {{DNNL_ARG_SRC, q_},
+                       {DNNL_ARG_WEIGHTS, k_},
+                       {DNNL_ARG_DST, scores_},
+                       {DNNL_ARG_SCRATCHPAD, scores_step_.scratchpad}};
+
+  const dnnl::softmax_forward::primitive_desc sm_pd(
+      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, score_rows, 1),
+      UserScratchpad(), engine);
+  softmax_step_.primitive = dnnl::softmax_forward(sm_pd);
+  softmax_step_.scratchpad = make_scratchpad(sm_pd);
+  softmax_step_.args = {{DNNL_ARG_SRC, score_rows_view},
+                        {DNNL_ARG_DST, score_rows_view},
+                        {DNNL_ARG_SCRATCHPAD, softmax_step_.scratchpad}};
+
+  const dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(scores, v, out), UserScratchpad(),
+                                           engine);
+  values_step_.primitive = dnnl::matmul(pv_pd);
+  values_step_.scratchpad = make_scratchpad(pv_pd);
+  values_step_.args = {{DNNL_ARG_SRC, scores_},
+                       {DNNL_ARG_WEIGHTS, v_},
+                       {DNNL_ARG_DST, out_},
+                       {DNNL_ARG_SCRATCHPAD, values_step_.scratchpad}};
+}
+
+void AttentionTile::Execute(dnnl::stream& stream, Step& step, void* scratch) {
+  step.scratchpad.set_data_handle(scratch);
+  step.primitive.execute(stream, step.args);
+}
+
+void AttentionTile::Scores(dnnl::stream& stream, const float* q, const float* k, float* scores,
+                           void* scratch) {
+  // oneDNN takes non-const handles but never writes through a source.
+  q_.set_data_handle(const_cast<float*>(q));
+  k_.set_data_handle(const_cast<float*>(k));
+  scores_.set_data_handle(scores);
+  Execute(stream, scores_step_, scratch);
+}
+
+void AttentionTile::Softmax(dnnl::stream& stream, float* scores, void* scratch) {
+  softmax_step_.args.at(DNNL_ARG_SRC).set_data_handle(scores);
+  Execute(stream, softmax_step_, scratch);
+}
+
+void AttentionTile::Values(dnnl::stream& stream, const float* scores, const float* v, float* out,
+                           void* scratch) {
+  scores_.set_data_handle(const_cast<float*>(scores));
+  v_.set_data_handle(const_cast<float*>(v));
+  out_.set_data_handle(out);
+  Execute(stream, values_step_, scratch);
+}
+
+absl::StatusOr<AttentionTile*> AttentionTileCache::Get(const TileGeometry& g,
+                                                       AlignedBuffer& scratchpad) {
+  try {
+    AttentionTile* tile = cache_.Find(g);
+    if (tile == nullptr) tile = cache_.Insert(g, AttentionTile(g));
+    scratchpad.Reserve(tile->scratchpad_bytes() / sizeof(float) + 1);
+    return tile;
+  } catch (const dnnl::error& e) {
+    return OneDnnError(e, "building attention primitives");
+  }
+}
+
+}  // namespace attnserve::core

@@ -1,0 +1,81 @@
+// AttentionTile: the three oneDNN primitives that attend one tile of queries — `batch` sequences
+// × `heads` heads × `rows` query rows against `keys` keys — over strided views of the projection
+// buffers, so that splitting into heads and merging them back costs no copy:
+//   scores [batch, heads, rows, keys] (dense) = Q Kᵀ · 1/√d_k   (output-scale attribute)
+//   scores = softmax(scores) along keys, in place
+//   out [batch, heads, rows, d_k] (strided into the concat buffer) = scores · V
+// The caller masks the scores between the first two steps.
+//
+// AttentionTileCache keeps one AttentionTile per geometry. Not thread-safe. Internal to the core.
+#ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
+#define ATTNSERVE_CORE_ATTENTION_TILE_H_
+
+#include <cstdint>
+#include <unordered_map>
+
+#include <dnnl.hpp>
+
+#include "absl/status/statusor.h"
+#include "core/aligned_buffer.h"
+#include "core/lru_cache.h"
+
+namespace attnserve::core {
+
+// Where a tile's operands live. Q row r, head h starts at q + r·q_ld + h·head_dim; K and V
+// likewise with kv_ld; the output with out_ld. The batch strides step from one sequence to the
+// next inside the tile.
+struct TileGeometry {
+  int64_t batch, heads, rows, keys, head_dim;
+  int64_t q_ld, kv_ld, out_ld;
+  int64_t q_batch_stride, kv_batch_stride, out_batch_stride;
+
+  int64_t score_elements() const { return batch * heads * rows * keys; }
+  bool operator==(const TileGeometry&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const TileGeometry& g) {
+    return H::combine(std::move(h), g.batch, g.heads, g.rows, g.keys, g.head_dim, g.q_ld, g.kv_ld,
+                      g.out_ld, g.q_batch_stride, g.kv_batch_stride, g.out_batch_stride);
+  }
+};
+
+class AttentionTile {
+ public:
+  // Builds the primitives; throws dnnl::error (caught by the cache).
+  explicit AttentionTile(const TileGeometry& g);
+
+  // Largest scratchpad any of the three primitives needs, in bytes.
+  size_t scratchpad_bytes() const { return scratchpad_bytes_; }
+
+  // Each step runs synchronously on the CPU stream. `scratch` holds scratchpad_bytes().
+  void Scores(dnnl::stream& stream, const float* q, const float* k, float* scores, void* scratch);
+  void Softmax(dnnl::stream& stream, float* scores, void* scratch);
+  void Values(dnnl::stream& stream, const float* scores, const float* v, float* out, void* scratch);
+
+ private:
+  struct Step {
+    dnnl::primitive primitive;
+    dnnl::memory scratchpad;
+    std::unordered_map<int, dnnl::memory> args;  // Built once; handles are swapped per call.
+  };
+  void Execute(dnnl::stream& stream, Step& step, void* scratch);
+
+  dnnl::memory q_, k_, scores_, v_, out_;
+  Step scores_step_, softmax_step_, values_step_;
+  size_t scratchpad_bytes_ = 0;
+};
+
+class AttentionTileCache {
+ public:
+  explicit AttentionTileCache(size_t max_cached_shapes) : cache_(max_cached_shapes) {}
+
+  // The tile for `g`, built on first use; `scratchpad` is grown to what it needs. Internal
+  // status if oneDNN cannot build it.
+  absl::StatusOr<AttentionTile*> Get(const TileGeometry& g, AlignedBuffer& scratchpad);
+
+ private:
+  LruCache<TileGeometry, AttentionTile> cache_;
+};
+
+}  // namespace attnserve::core
+
+#endif  // ATTNSERVE_CORE_ATTENTION_TILE_H_

@@ -1,0 +1,50 @@
+#include "core/onednn_support.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::core {
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+absl::Status OneDnnError(const dnnl::error& e, const char* context) {
+  return absl::InternalError(absl::StrCat(context, ": oneDNN status ", static_cast<int>(e.status),
+                                          ": ", e.what()));
+}
+
+std::string OneDnnVersion() {
+  const dnnl_version_t* v = dnnl::version();
+  return absl::StrCat(v->major, ".", v->minor, ".", v->patch);
+}
+
+std::string OneDnnIsa() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::sse41:
+      return "sse41";
+    case isa::avx:
+      return "avx";
+    case isa::avx2:
+      return "avx2";
+    case isa::avx512_mic:
+      return "avx512_mic";
+    case isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case isa::avx512_core:
+      return "avx512_core";
+    case isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case isa::avx2_vnni:
+      return "avx2_vnni";
+    default:
+      return "default";
+  }
+}
+
+}  // namespace attnserve::core

@@ -1,0 +1,60 @@
+#include "core/projection_runner.h"
+
+#include "core/onednn_support.h"
+
+namespace attnserve::core {
+namespace {
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+}  // namespace
+
+ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatrix& weights) {
+  const dnnl::engine& engine = CpuEngine();
+  const dnnl::memory::desc src({key.m, key.k}, dt::f32, tag::ab);
+  const dnnl::memory::desc dst({key.m, key.n}, dt::f32, tag::ab);
+  const dnnl::memory::desc bias = key.bias ? dnnl::memory::desc({1, key.n}, dt::f32, tag::ab)
+                                           : dnnl::memory::desc();
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights.desc, bias, dst), attr,
+                                        engine);
+  Entry e;
+  e.primitive = dnnl::matmul(pd);
+  e.src = dnnl::memory(src, engine, DNNL_MEMORY_NONE);
+  e.weights = dnnl::memory(weights.desc, engine, DNNL_MEMORY_NONE);
+  e.dst = dnnl::memory(dst, engine, DNNL_MEMORY_NONE);
+  e.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine, DNNL_MEMORY_NONE);
+  e.scratchpad_bytes = pd.scratchpad_desc().get_size();
+  e.args = {{DNNL_ARG_SRC, e.src},
+            {DNNL_ARG_WEIGHTS, e.weights},
+            {DNNL_ARG_DST, e.dst},
+            {DNNL_ARG_SCRATCHPAD, e.scratchpad}};
+  if (key.bias) {
+    e.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
+    e.args.emplace(DNNL_ARG_BIAS, e.bias);
+  }
+  return e;
+}
+
+absl::Status ProjectionRunner::Run(const float* src, int64_t m, const PackedMatrix& weights,
+                                   std::span<const float> bias, float* dst, dnnl::stream& stream,
+                                   AlignedBuffer& scratchpad) {
+  try {
+    const Key key{m, weights.rows, weights.cols, !bias.empty()};
+    Entry* e = cache_.Find(key);
+    if (e == nullptr) e = cache_.Insert(key, Build(key, weights));
+    float* scratch = scratchpad.Reserve(e->scratchpad_bytes / sizeof(float) + 1);
+    // oneDNN takes non-const handles but never writes through src, weights or bias.
+    e->src.set_data_handle(const_cast<float*>(src));
+    e->weights.set_data_handle(const_cast<float*>(weights.data()));
+    if (key.bias) e->bias.set_data_handle(const_cast<float*>(bias.data()));
+    e->dst.set_data_handle(dst);
+    e->scratchpad.set_data_handle(scratch);
+    e->primitive.execute(stream, e->args);
+    return absl::OkStatus();
+  } catch (const dnnl::error& e) {
+    return OneDnnError(e, "projection matmul");
+  }
+}
+
+}  // namespace attnserve::core

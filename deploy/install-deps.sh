@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 (bookworm) package that attnserve's build, tests, benchmarks and tools need.
+# Idempotent and non-interactive: packages already present are left as they are.
+# Usage: deploy/install-deps.sh        (as root, or as a user with sudo)
+set -euo pipefail
+
+packages=(
+  # Toolchain and build.
+  build-essential cmake ninja-build pkg-config git clang-format
+  # Core: oneDNN 2.6 (v2 API), abseil for Status/StatusOr.
+  # ocl-icd-opencl-dev: Debian's dnnl CMake config requires OpenCL even for CPU-only use.
+  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libabsl-dev
+  # Tests and benchmarks.
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
