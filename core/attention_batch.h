@@ -1,8 +1,8 @@
 // The inputs and outputs of one forward pass over a ragged batch.
 //
 // A batch holds B sequences of different lengths packed row-wise with no padding: sequence i is
-// rows [offsets[i], offsets[i+1]) of a [offsets[B], d_model] row-major matrix. All types here borrow
-// the caller's memory (spans); the caller keeps it alive for the duration of the call.
+// rows [offsets[i], offsets[i+1]) of a [offsets[B], d_model] row-major matrix. All types here
+// borrow the caller's memory (spans); the caller keeps it alive for the duration of the call.
 #ifndef ATTNSERVE_CORE_ATTENTION_BATCH_H_
 #define ATTNSERVE_CORE_ATTENTION_BATCH_H_
 

@@ -17,8 +17,8 @@ std::string_view VariantName(AttentionVariant variant) {
 absl::StatusOr<AttentionVariant> ParseVariant(std::string_view name) {
   if (name == "multi_head") return AttentionVariant::kMultiHead;
   if (name == "single_head") return AttentionVariant::kSingleHead;
-  return absl::InvalidArgumentError(
-      absl::StrCat("variant: expected \"multi_head\" or \"single_head\", got \"", std::string(name), "\""));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "variant: expected \"multi_head\" or \"single_head\", got \"", std::string(name), "\""));
 }
 
 std::string_view ComputeTypeName(ComputeType type) {
@@ -47,8 +47,8 @@ absl::Status AttentionConfig::Validate() const {
     return absl::InvalidArgumentError("variant: expected multi_head or single_head");
   }
   if (d_model % num_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_heads: must divide d_model (", d_model,
-                                                   "), got ", num_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads: must divide d_model (", d_model, "), got ", num_heads));
   }
   if (compute_type != ComputeType::kFloat32) {
     return absl::InvalidArgumentError("compute_type: expected fp32");

@@ -54,9 +54,10 @@ struct AttentionExecutor::Impl {
   absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
                        const AttentionOutputs& out);
   absl::Status AttendGroup(const AttentionConfig& config, const AttentionInputs& in,
-                           const Operands& op, const SequenceGroup& group, std::span<float> weights);
-  absl::Status AttendTile(const AttentionInputs& in, const Operands& op, const SequenceGroup& group, const TilePlace& tile,
-                          std::span<float> weights);
+                           const Operands& op, const SequenceGroup& group,
+                           std::span<float> weights);
+  absl::Status AttendTile(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
+                          const TilePlace& tile, std::span<float> weights);
   bool MaskTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
                 float* scores);
   void ZeroBlockedRows(const TileGeometry& g, float* scores) const;
@@ -69,11 +70,11 @@ struct AttentionExecutor::Impl {
   dnnl::stream stream;
   ProjectionRunner projections;
   AttentionTileCache tiles;
-  AlignedBuffer scratchpad;  // oneDNN's per-primitive scratch, shared by all steps.
-  AlignedBuffer projected;   // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
-  AlignedBuffer projected_memory;  // [M, 2d] cross-attention K|V.
-  AlignedBuffer context;           // [N, d] merged heads before W_O.
-  AlignedBuffer scores;            // One score tile.
+  AlignedBuffer scratchpad;           // oneDNN's per-primitive scratch, shared by all steps.
+  AlignedBuffer projected;            // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
+  AlignedBuffer projected_memory;     // [M, 2d] cross-attention K|V.
+  AlignedBuffer context;              // [N, d] merged heads before W_O.
+  AlignedBuffer scores;               // One score tile.
   std::vector<uint8_t> blocked_rows;  // Per tile row: all keys blocked.
 };
 
@@ -139,8 +140,8 @@ absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
     const int64_t t = in.query.length(first), s = KeyLength(in, first);
     int64_t end = first + 1;
     while (end < num_sequences && in.query.length(end) == t && KeyLength(in, end) == s) ++end;
-    const SequenceGroup group{first,         end - first, t, s, in.query.offsets[first],
-                              keys.offsets[first], score_offset};
+    const SequenceGroup group{
+        first, end - first, t, s, in.query.offsets[first], keys.offsets[first], score_offset};
     if (auto st = AttendGroup(config, in, op, group, out.weights); !st.ok()) return st;
     score_offset += group.count * t * s;
     first = end;
@@ -228,15 +229,13 @@ bool AttentionExecutor::Impl::MaskTile(const AttentionInputs& in, const Sequence
   blocked_rows.assign(g.batch * g.rows, 0);
   bool any_blocked = false;
   for (int64_t b = 0; b < g.batch; ++b) {
-    const int64_t sequence_scores =
-        group.score_offset + (tile.batch_begin + b) * group.t * group.s;
+    const int64_t sequence_scores = group.score_offset + (tile.batch_begin + b) * group.t * group.s;
     for (int64_t i = 0; i < g.rows; ++i) {
       const int64_t query = tile.row_begin + i;
       const int64_t limit = in.mask.causal ? query + 1 : g.keys;
       if (!has_explicit && limit >= g.keys) continue;
       const uint8_t* explicit_row =
-          has_explicit ? in.mask.explicit_mask.data() + sequence_scores + query * group.s
-                       : nullptr;
+          has_explicit ? in.mask.explicit_mask.data() + sequence_scores + query * group.s : nullptr;
       for (int64_t head = 0; head < g.heads; ++head) {
         float* row = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
         if (MaskScoreRow(row, g.keys, limit, explicit_row) == 0) {

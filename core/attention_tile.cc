@@ -35,7 +35,7 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
   v_ = dnnl::memory(v, engine, DNNL_MEMORY_NONE);
   out_ = dnnl::memory(out, engine, DNNL_MEMORY_NONE);
   scores_ = dnnl::memory(scores, engine, DNNL_MEMORY_NONE);
-  dnnl::memory score_rows_view(score_rows, engine, DNNL_MEMORY_NONE);
+  score_rows_ = dnnl::memory(score_rows, engine, DNNL_MEMORY_NONE);
 
   auto make_scratchpad = [&](const dnnl::primitive_desc_base& pd) {
     scratchpad_bytes_ = std::max(scratchpad_bytes_, pd.scratchpad_desc().get_size());
@@ -47,33 +47,33 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
   const dnnl::matmul::primitive_desc qk_pd(dnnl::matmul::desc(q, k_t, scores), scaled, engine);
   scores_step_.primitive = dnnl::matmul(qk_pd);
   scores_step_.scratchpad = make_scratchpad(qk_pd);
-  scores_step_.args = {{DNNL_ARG_SRC, q_},
-                       {DNNL_ARG_WEIGHTS, k_},
-                       {DNNL_ARG_DST, scores_},
-                       {DNNL_ARG_SCRATCHPAD, scores_step_.scratchpad}};
+  scores_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &q_},
+                                    {DNNL_ARG_WEIGHTS, &k_},
+                                    {DNNL_ARG_DST, &scores_},
+                                    {DNNL_ARG_SCRATCHPAD, &scores_step_.scratchpad}});
 
   const dnnl::softmax_forward::primitive_desc sm_pd(
       dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, score_rows, 1),
       UserScratchpad(), engine);
   softmax_step_.primitive = dnnl::softmax_forward(sm_pd);
   softmax_step_.scratchpad = make_scratchpad(sm_pd);
-  softmax_step_.args = {{DNNL_ARG_SRC, score_rows_view},
-                        {DNNL_ARG_DST, score_rows_view},
-                        {DNNL_ARG_SCRATCHPAD, softmax_step_.scratchpad}};
+  softmax_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &score_rows_},
+                                     {DNNL_ARG_DST, &score_rows_},
+                                     {DNNL_ARG_SCRATCHPAD, &softmax_step_.scratchpad}});
 
   const dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(scores, v, out), UserScratchpad(),
                                            engine);
   values_step_.primitive = dnnl::matmul(pv_pd);
   values_step_.scratchpad = make_scratchpad(pv_pd);
-  values_step_.args = {{DNNL_ARG_SRC, scores_},
-                       {DNNL_ARG_WEIGHTS, v_},
-                       {DNNL_ARG_DST, out_},
-                       {DNNL_ARG_SCRATCHPAD, values_step_.scratchpad}};
+  values_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &scores_},
+                                    {DNNL_ARG_WEIGHTS, &v_},
+                                    {DNNL_ARG_DST, &out_},
+                                    {DNNL_ARG_SCRATCHPAD, &values_step_.scratchpad}});
 }
 
-void AttentionTile::Execute(dnnl::stream& stream, Step& step, void* scratch) {
+void AttentionTile::RunStep(dnnl::stream& stream, Step& step, void* scratch) {
   step.scratchpad.set_data_handle(scratch);
-  step.primitive.execute(stream, step.args);
+  Execute(step.primitive, stream, step.args);
 }
 
 void AttentionTile::Scores(dnnl::stream& stream, const float* q, const float* k, float* scores,
@@ -82,12 +82,12 @@ void AttentionTile::Scores(dnnl::stream& stream, const float* q, const float* k,
   q_.set_data_handle(const_cast<float*>(q));
   k_.set_data_handle(const_cast<float*>(k));
   scores_.set_data_handle(scores);
-  Execute(stream, scores_step_, scratch);
+  RunStep(stream, scores_step_, scratch);
 }
 
 void AttentionTile::Softmax(dnnl::stream& stream, float* scores, void* scratch) {
-  softmax_step_.args.at(DNNL_ARG_SRC).set_data_handle(scores);
-  Execute(stream, softmax_step_, scratch);
+  score_rows_.set_data_handle(scores);
+  RunStep(stream, softmax_step_, scratch);
 }
 
 void AttentionTile::Values(dnnl::stream& stream, const float* scores, const float* v, float* out,
@@ -95,7 +95,7 @@ void AttentionTile::Values(dnnl::stream& stream, const float* scores, const floa
   scores_.set_data_handle(const_cast<float*>(scores));
   v_.set_data_handle(const_cast<float*>(v));
   out_.set_data_handle(out);
-  Execute(stream, values_step_, scratch);
+  RunStep(stream, values_step_, scratch);
 }
 
 absl::StatusOr<AttentionTile*> AttentionTileCache::Get(const TileGeometry& g,

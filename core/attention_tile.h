@@ -11,13 +11,12 @@
 #define ATTNSERVE_CORE_ATTENTION_TILE_H_
 
 #include <cstdint>
-#include <unordered_map>
-
 #include <dnnl.hpp>
 
 #include "absl/status/statusor.h"
 #include "core/aligned_buffer.h"
 #include "core/lru_cache.h"
+#include "core/onednn_support.h"
 
 namespace attnserve::core {
 
@@ -55,11 +54,11 @@ class AttentionTile {
   struct Step {
     dnnl::primitive primitive;
     dnnl::memory scratchpad;
-    std::unordered_map<int, dnnl::memory> args;  // Built once; handles are swapped per call.
+    ExecArgs args;  // Built once; handles are swapped per call.
   };
-  void Execute(dnnl::stream& stream, Step& step, void* scratch);
+  void RunStep(dnnl::stream& stream, Step& step, void* scratch);
 
-  dnnl::memory q_, k_, scores_, v_, out_;
+  dnnl::memory q_, k_, scores_, score_rows_, v_, out_;
   Step scores_step_, softmax_step_, values_step_;
   size_t scratchpad_bytes_ = 0;
 };

@@ -1,22 +1,22 @@
 #include "core/attention_weights.h"
 
 #include <cmath>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace attnserve::core {
 namespace {
 
 absl::Status CheckTensor(absl::string_view name, std::span<const float> values, size_t expected) {
   if (values.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("weights: ", name, " has ", values.size(),
-                                                   " values, expected ", expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: ", name, " has ", values.size(), " values, expected ", expected));
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("weights: ", name, "[", i,
-                                                     "] is not finite (", values[i], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: ", name, "[", i, "] is not finite (", values[i], ")"));
     }
   }
   return absl::OkStatus();
@@ -73,18 +73,14 @@ absl::StatusOr<AttentionWeights> PackWeights(const AttentionConfig& config,
     absl::string_view name;
     std::span<const float> values;
     size_t expected;
-  } checks[] = {{"w_q", p.w_q, dd},
-                {"w_k", p.w_k, dd},
-                {"w_v", p.w_v, dd},
-                {"w_o", p.w_o, has_o ? dd : 0},
-                {"b_q", p.b_q, bias_size},
-                {"b_k", p.b_k, bias_size},
-                {"b_v", p.b_v, bias_size},
-                {"b_o", p.b_o, has_o ? bias_size : 0}};
+  } checks[] = {{"w_q", p.w_q, dd},        {"w_k", p.w_k, dd},
+                {"w_v", p.w_v, dd},        {"w_o", p.w_o, has_o ? dd : 0},
+                {"b_q", p.b_q, bias_size}, {"b_k", p.b_k, bias_size},
+                {"b_v", p.b_v, bias_size}, {"b_o", p.b_o, has_o ? bias_size : 0}};
   for (const auto& c : checks) {
     if (c.values.size() != c.expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weights: ", c.name, " has ", c.values.size(), " values, expected ", c.expected));
+      return absl::InvalidArgumentError(absl::StrCat("weights: ", c.name, " has ", c.values.size(),
+                                                     " values, expected ", c.expected));
     }
   }
 

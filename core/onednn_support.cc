@@ -10,8 +10,21 @@ const dnnl::engine& CpuEngine() {
 }
 
 absl::Status OneDnnError(const dnnl::error& e, const char* context) {
-  return absl::InternalError(absl::StrCat(context, ": oneDNN status ", static_cast<int>(e.status),
-                                          ": ", e.what()));
+  return absl::InternalError(
+      absl::StrCat(context, ": oneDNN status ", static_cast<int>(e.status), ": ", e.what()));
+}
+
+ExecArgs MakeExecArgs(std::initializer_list<std::pair<int, const dnnl::memory*>> args) {
+  ExecArgs result;
+  result.reserve(args.size());
+  for (const auto& [arg, memory] : args) result.push_back({arg, memory->get()});
+  return result;
+}
+
+void Execute(const dnnl::primitive& primitive, const dnnl::stream& stream, const ExecArgs& args) {
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(primitive.get(), stream.get(),
+                                                 static_cast<int>(args.size()), args.data()),
+                          "could not execute a primitive");
 }
 
 std::string OneDnnVersion() {

@@ -3,9 +3,11 @@
 #ifndef ATTNSERVE_CORE_ONEDNN_SUPPORT_H_
 #define ATTNSERVE_CORE_ONEDNN_SUPPORT_H_
 
-#include <string>
-
 #include <dnnl.hpp>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -16,6 +18,16 @@ const dnnl::engine& CpuEngine();
 
 // Converts a oneDNN exception into an Internal status with `context` and oneDNN's message.
 absl::Status OneDnnError(const dnnl::error& e, const char* context);
+
+// A primitive's arguments, built once when the primitive is created. The memory objects must
+// outlive it; swap their data handles between calls.
+using ExecArgs = std::vector<dnnl_exec_arg_t>;
+ExecArgs MakeExecArgs(std::initializer_list<std::pair<int, const dnnl::memory*>> args);
+
+// Runs `primitive` through the C API with a pre-built argument array. The C++ overload that takes
+// an unordered_map copies it into a new vector on every call; this one allocates nothing in
+// attnserve's code. Throws dnnl::error like the C++ API.
+void Execute(const dnnl::primitive& primitive, const dnnl::stream& stream, const ExecArgs& args);
 
 // "2.6.3", from the library actually loaded.
 std::string OneDnnVersion();

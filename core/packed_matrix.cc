@@ -10,9 +10,9 @@ absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t ro
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   if (ld < cols || static_cast<int64_t>(plain.size()) < (rows - 1) * ld + cols) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("PackMatrix: ", plain.size(), " values cannot hold ", rows, " x ", cols,
-                     " with leading dimension ", ld));
+    return absl::InvalidArgumentError(absl::StrCat("PackMatrix: ", plain.size(),
+                                                   " values cannot hold ", rows, " x ", cols,
+                                                   " with leading dimension ", ld));
   }
   try {
     const dnnl::engine& engine = CpuEngine();

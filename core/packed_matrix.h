@@ -6,9 +6,8 @@
 #define ATTNSERVE_CORE_PACKED_MATRIX_H_
 
 #include <cstdint>
-#include <span>
-
 #include <dnnl.hpp>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "core/aligned_buffer.h"
@@ -16,8 +15,8 @@
 namespace attnserve::core {
 
 struct PackedMatrix {
-  int64_t rows = 0;  // K: the input features.
-  int64_t cols = 0;  // N: the output features.
+  int64_t rows = 0;         // K: the input features.
+  int64_t cols = 0;         // N: the output features.
   dnnl::memory::desc desc;  // oneDNN's blocked layout; pass it as the matmul weights desc.
   AlignedBuffer storage;    // desc.get_size() bytes.
 

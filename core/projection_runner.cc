@@ -12,8 +12,8 @@ ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatr
   const dnnl::engine& engine = CpuEngine();
   const dnnl::memory::desc src({key.m, key.k}, dt::f32, tag::ab);
   const dnnl::memory::desc dst({key.m, key.n}, dt::f32, tag::ab);
-  const dnnl::memory::desc bias = key.bias ? dnnl::memory::desc({1, key.n}, dt::f32, tag::ab)
-                                           : dnnl::memory::desc();
+  const dnnl::memory::desc bias =
+      key.bias ? dnnl::memory::desc({1, key.n}, dt::f32, tag::ab) : dnnl::memory::desc();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights.desc, bias, dst), attr,
@@ -25,14 +25,12 @@ ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatr
   e.dst = dnnl::memory(dst, engine, DNNL_MEMORY_NONE);
   e.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine, DNNL_MEMORY_NONE);
   e.scratchpad_bytes = pd.scratchpad_desc().get_size();
-  e.args = {{DNNL_ARG_SRC, e.src},
-            {DNNL_ARG_WEIGHTS, e.weights},
-            {DNNL_ARG_DST, e.dst},
-            {DNNL_ARG_SCRATCHPAD, e.scratchpad}};
-  if (key.bias) {
-    e.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
-    e.args.emplace(DNNL_ARG_BIAS, e.bias);
-  }
+  e.bias = dnnl::memory(bias, engine, DNNL_MEMORY_NONE);
+  e.args = MakeExecArgs({{DNNL_ARG_SRC, &e.src},
+                         {DNNL_ARG_WEIGHTS, &e.weights},
+                         {DNNL_ARG_DST, &e.dst},
+                         {DNNL_ARG_SCRATCHPAD, &e.scratchpad}});
+  if (key.bias) e.args.push_back({DNNL_ARG_BIAS, e.bias.get()});
   return e;
 }
 
@@ -50,7 +48,7 @@ absl::Status ProjectionRunner::Run(const float* src, int64_t m, const PackedMatr
     if (key.bias) e->bias.set_data_handle(const_cast<float*>(bias.data()));
     e->dst.set_data_handle(dst);
     e->scratchpad.set_data_handle(scratch);
-    e->primitive.execute(stream, e->args);
+    Execute(e->primitive, stream, e->args);
     return absl::OkStatus();
   } catch (const dnnl::error& e) {
     return OneDnnError(e, "projection matmul");

@@ -6,14 +6,13 @@
 #define ATTNSERVE_CORE_PROJECTION_RUNNER_H_
 
 #include <cstdint>
-#include <span>
-#include <unordered_map>
-
 #include <dnnl.hpp>
+#include <span>
 
 #include "absl/status/status.h"
 #include "core/aligned_buffer.h"
 #include "core/lru_cache.h"
+#include "core/onednn_support.h"
 #include "core/packed_matrix.h"
 
 namespace attnserve::core {
@@ -44,7 +43,7 @@ class ProjectionRunner {
     dnnl::matmul primitive;
     dnnl::memory src, weights, bias, dst, scratchpad;
     size_t scratchpad_bytes = 0;
-    std::unordered_map<int, dnnl::memory> args;  // Built once; handles are swapped per call.
+    ExecArgs args;  // Built once; handles are swapped per call.
   };
   static Entry Build(const Key& key, const PackedMatrix& weights);
 
