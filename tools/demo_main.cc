@@ -31,8 +31,8 @@ int main() {
 
   std::printf("attnserve core on oneDNN %s (%s)\n", core::OneDnnVersion().c_str(),
               core::OneDnnIsa().c_str());
-  std::printf("seed example: np.random.seed(42), T=%ld, d_model=%ld, h=%ld, %ld parameters\n", t,
-              d, h, config.ParameterCount());
+  std::printf("seed example: np.random.seed(42), T=%ld, d_model=%ld, h=%ld, %ld parameters\n", t, d,
+              h, config.ParameterCount());
   std::printf("input shape:  (%ld, %ld)\n", t, d);
   std::printf("output shape: (%ld, %ld)\n", t, d);
   for (int64_t head = 0; head < h; ++head) {

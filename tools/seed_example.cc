@@ -25,9 +25,12 @@ SeedExample MakeSeedExample() {
   const std::vector<float> w_v = Randn(random, dd, 0.1);
   const std::vector<float> w_o = Randn(random, dd, 0.1);
   // Sizes match the config by construction, so packing cannot fail.
-  example.weights = *core::PackWeights(
-      example.config, {.orientation = core::WeightOrientation::kInputMajor,
-                       .w_q = w_q, .w_k = w_k, .w_v = w_v, .w_o = w_o});
+  example.weights =
+      *core::PackWeights(example.config, {.orientation = core::WeightOrientation::kInputMajor,
+                                          .w_q = w_q,
+                                          .w_k = w_k,
+                                          .w_v = w_v,
+                                          .w_o = w_o});
   return example;
 }
 
