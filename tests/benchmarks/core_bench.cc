@@ -132,13 +132,13 @@ void SetFlopCounters(benchmark::State& state, double flops) {
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void RunForward(benchmark::State& state, LazyProblem& lazy, int compute_threads) {
+void RunForward(benchmark::State& state, LazyProblem& lazy, const core::ExecutorOptions& options) {
   const Problem& p = lazy.Get();
   if (!p.layer) {
     state.SkipWithError("AttentionLayer::Create failed");
     return;
   }
-  core::AttentionExecutor executor({.compute_threads = compute_threads});
+  core::AttentionExecutor executor(options);
   const core::AttentionInputs in = p.Inputs();
   std::vector<float> output(static_cast<size_t>(in.query.rows() * p.spec.config.d_model));
   std::vector<float> weights(
@@ -184,9 +184,26 @@ void RegisterForward(const std::string& family, const Case& c, std::vector<int> 
   auto lazy = std::make_shared<LazyProblem>(c);
   for (int threads : thread_counts) {
     const std::string name = family + "/" + ShapeName(c) + "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [lazy, threads](benchmark::State& state) {
+                                   RunForward(state, *lazy, {.compute_threads = threads});
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+// Registers BM_TileSize/<shape>/tile_kib:K at 2 threads: how the score tile budget
+// (ExecutorOptions::score_tile_bytes) trades cache residency against matmul size.
+void RegisterTileSweep(const Case& c) {
+  auto lazy = std::make_shared<LazyProblem>(c);
+  for (int64_t kib : {512, 2048, 8192, 16384, 32768}) {
+    const std::string name = "BM_TileSize/" + ShapeName(c) + "/tile_kib:" + std::to_string(kib);
     benchmark::RegisterBenchmark(
         name.c_str(),
-        [lazy, threads](benchmark::State& state) { RunForward(state, *lazy, threads); })
+        [lazy, kib](benchmark::State& state) {
+          RunForward(state, *lazy, {.compute_threads = 2, .score_tile_bytes = kib << 10});
+        })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
@@ -258,6 +275,9 @@ void RegisterAll() {
   Case with_weights = Uniform(32, 128, 512, 8, false);
   with_weights.weights_output = true;
   RegisterForward("BM_ForwardWeights", with_weights, kThreads);
+
+  // Score tile budget, on the long-sequence case where it matters.
+  for (bool causal : {false, true}) RegisterTileSweep(Uniform(1, 2048, 512, 8, causal));
 
   // The double-precision reference (single-threaded plain loops), smallest case only.
   for (bool causal : {false, true}) RegisterReference(Uniform(1, 128, 512, 8, causal));
