@@ -1,31 +1,40 @@
 #include "core/attention_layer.h"
 
+#include <new>
+
 namespace attnserve::core {
 
 absl::StatusOr<std::shared_ptr<const AttentionLayer>> AttentionLayer::Create(
     const AttentionConfig& config, const AttentionWeights& weights) {
   if (auto s = config.Validate(); !s.ok()) return s;
   if (auto s = weights.ValidateFor(config); !s.ok()) return s;
+  try {
+    std::shared_ptr<AttentionLayer> layer(new AttentionLayer());
+    layer->config_ = config;
+    if (auto s = layer->Pack(weights); !s.ok()) return s;
+    return std::shared_ptr<const AttentionLayer>(std::move(layer));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("AttentionLayer::Create: out of memory packing weights");
+  }
+}
 
-  const int64_t d = config.d_model;
+absl::Status AttentionLayer::Pack(const AttentionWeights& weights) {
+  const int64_t d = config_.d_model;
   const std::span<const float> w_qkv(weights.w_qkv);
-  std::shared_ptr<AttentionLayer> layer(new AttentionLayer());
-  layer->config_ = config;
-  auto packed = [](absl::StatusOr<PackedMatrix> m, PackedMatrix& into) {
-    if (m.ok()) into = std::move(*m);
-    return m.status();
+  auto pack = [](absl::StatusOr<PackedMatrix> packed, PackedMatrix& into) {
+    if (packed.ok()) into = *std::move(packed);
+    return packed.status();
   };
-  if (auto s = packed(PackMatrix(w_qkv, d, 3 * d, 3 * d), layer->qkv_); !s.ok()) return s;
-  if (auto s = packed(PackMatrix(w_qkv, d, d, 3 * d), layer->q_); !s.ok()) return s;
-  if (auto s = packed(PackMatrix(w_qkv.subspan(d), d, 2 * d, 3 * d), layer->kv_); !s.ok()) {
-    return s;
+  // W_Q and W_KV are column blocks of the fused matrix, read in place through its row stride.
+  if (auto s = pack(PackMatrix(w_qkv, d, 3 * d, 3 * d), qkv_); !s.ok()) return s;
+  if (auto s = pack(PackMatrix(w_qkv, d, d, 3 * d), q_); !s.ok()) return s;
+  if (auto s = pack(PackMatrix(w_qkv.subspan(d), d, 2 * d, 3 * d), kv_); !s.ok()) return s;
+  if (config_.HasOutputProjection()) {
+    if (auto s = pack(PackMatrix(weights.w_o, d, d, d), o_); !s.ok()) return s;
   }
-  if (config.HasOutputProjection()) {
-    if (auto s = packed(PackMatrix(weights.w_o, d, d, d), layer->o_); !s.ok()) return s;
-  }
-  layer->qkv_bias_ = weights.b_qkv;
-  layer->o_bias_ = weights.b_o;
-  return std::shared_ptr<const AttentionLayer>(std::move(layer));
+  qkv_bias_ = weights.b_qkv;
+  o_bias_ = weights.b_o;
+  return absl::OkStatus();
 }
 
 }  // namespace attnserve::core

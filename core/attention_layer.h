@@ -21,8 +21,9 @@ namespace attnserve::core {
 class AttentionLayer {
  public:
   // Validates `config` and `weights` (InvalidArgument naming the field or tensor) and packs the
-  // weights (Internal if oneDNN fails). Holds ≈ 1.75× the plain projection weights: the fused
-  // QKV matrix for self-attention, plus W_Q and W_KV packed apart for cross-attention.
+  // weights (Internal if oneDNN fails, ResourceExhausted if memory runs out). Holds ≈ 1.75× the
+  // plain projection weights: the fused QKV matrix for self-attention, plus W_Q and W_KV packed
+  // apart for cross-attention.
   static absl::StatusOr<std::shared_ptr<const AttentionLayer>> Create(
       const AttentionConfig& config, const AttentionWeights& weights);
 
@@ -43,6 +44,8 @@ class AttentionLayer {
 
  private:
   AttentionLayer() = default;
+  // Packs every projection of `weights` (already validated against config_).
+  absl::Status Pack(const AttentionWeights& weights);
   size_t q_bias_size() const { return qkv_bias_.empty() ? 0 : config_.d_model; }
 
   AttentionConfig config_;

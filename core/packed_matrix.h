@@ -26,7 +26,7 @@ struct PackedMatrix {
 // Packs the row-major [rows, cols] matrix whose row r starts at plain[r * ld] (columns
 // [0, cols) are taken; ld >= cols). The layout chosen by oneDNN does not depend on the number of
 // activation rows (checked for brgemm f32), so one packing serves every batch size.
-// Internal error if oneDNN fails.
+// Internal error if oneDNN fails; throws std::bad_alloc if the packed copy cannot be allocated.
 absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t rows, int64_t cols,
                                         int64_t ld);
 
