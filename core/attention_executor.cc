@@ -53,6 +53,9 @@ struct AttentionExecutor::Impl {
 
   absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
                        const AttentionOutputs& out);
+  absl::StatusOr<Operands> Project(const AttentionLayer& layer, const AttentionInputs& in);
+  absl::Status AttendAll(const AttentionConfig& config, const AttentionInputs& in,
+                         const Operands& op, std::span<float> weights);
   absl::Status AttendGroup(const AttentionConfig& config, const AttentionInputs& in,
                            const Operands& op, const SequenceGroup& group,
                            std::span<float> weights);
@@ -101,38 +104,57 @@ absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
                                               const AttentionOutputs& out) {
   if (options.compute_threads > 0) omp_set_num_threads(options.compute_threads);
   const AttentionConfig& config = layer.config();
-  const int64_t d = config.d_model;
-  const int64_t n = in.query.rows();
-  Operands op{};
-  if (!in.memory) {
-    float* qkv = projected.Reserve(n * 3 * d);
-    if (auto s = projections.Run(in.query.data.data(), n, layer.qkv(), layer.qkv_bias(), qkv,
+  absl::StatusOr<Operands> op = Project(layer, in);
+  if (!op.ok()) return op.status();
+  // The single-head variant has no W_O: its one head is written straight into the output.
+  const bool has_o = config.HasOutputProjection();
+  const int64_t n = in.query.rows(), d = config.d_model;
+  op->context = has_o ? context.Reserve(n * d) : out.output.data();
+  op->context_ld = d;
+  if (auto s = AttendAll(config, in, *op, out.weights); !s.ok()) return s;
+  if (has_o) {
+    if (auto s = projections.Run(op->context, n, layer.o(), layer.o_bias(), out.output.data(),
                                  stream, scratchpad);
         !s.ok()) {
       return s;
     }
-    op = {.q = qkv, .q_ld = 3 * d, .k = qkv + d, .v = qkv + 2 * d, .kv_ld = 3 * d};
-  } else {
-    float* q = projected.Reserve(n * d);
-    if (auto s = projections.Run(in.query.data.data(), n, layer.q(), layer.q_bias(), q, stream,
-                                 scratchpad);
-        !s.ok()) {
-      return s;
-    }
-    const int64_t m = in.memory->rows();
-    float* kv = projected_memory.Reserve(m * 2 * d);
-    if (auto s = projections.Run(in.memory->data.data(), m, layer.kv(), layer.kv_bias(), kv, stream,
-                                 scratchpad);
-        !s.ok()) {
-      return s;
-    }
-    op = {.q = q, .q_ld = d, .k = kv, .v = kv + d, .kv_ld = 2 * d};
   }
-  // The single-head variant has no W_O: its one head is written straight into the output.
-  const bool has_o = config.HasOutputProjection();
-  op.context = has_o ? context.Reserve(n * d) : out.output.data();
-  op.context_ld = d;
+  stream.wait();
+  return absl::OkStatus();
+}
 
+// Self-attention: one fused [N, d] · W_QKV. Cross-attention: queries · W_Q and memory · W_KV.
+absl::StatusOr<Operands> AttentionExecutor::Impl::Project(const AttentionLayer& layer,
+                                                          const AttentionInputs& in) {
+  const int64_t d = layer.config().d_model;
+  const int64_t n = in.query.rows();
+  const float* x = in.query.data.data();
+  if (!in.memory) {
+    float* qkv = projected.Reserve(n * 3 * d);
+    if (auto s = projections.Run(x, n, layer.qkv(), layer.qkv_bias(), qkv, stream, scratchpad);
+        !s.ok()) {
+      return s;
+    }
+    return Operands{.q = qkv, .q_ld = 3 * d, .k = qkv + d, .v = qkv + 2 * d, .kv_ld = 3 * d};
+  }
+  float* q = projected.Reserve(n * d);
+  if (auto s = projections.Run(x, n, layer.q(), layer.q_bias(), q, stream, scratchpad); !s.ok()) {
+    return s;
+  }
+  const int64_t m = in.memory->rows();
+  float* kv = projected_memory.Reserve(m * 2 * d);
+  if (auto s = projections.Run(in.memory->data.data(), m, layer.kv(), layer.kv_bias(), kv, stream,
+                               scratchpad);
+      !s.ok()) {
+    return s;
+  }
+  return Operands{.q = q, .q_ld = d, .k = kv, .v = kv + d, .kv_ld = 2 * d};
+}
+
+// Splits the batch into runs of consecutive sequences with equal (T, S), one group each.
+absl::Status AttentionExecutor::Impl::AttendAll(const AttentionConfig& config,
+                                                const AttentionInputs& in, const Operands& op,
+                                                std::span<float> weights) {
   const RaggedBatch& keys = in.memory ? *in.memory : in.query;
   const int64_t num_sequences = in.query.num_sequences();
   int64_t score_offset = 0;
@@ -142,19 +164,10 @@ absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
     while (end < num_sequences && in.query.length(end) == t && KeyLength(in, end) == s) ++end;
     const SequenceGroup group{
         first, end - first, t, s, in.query.offsets[first], keys.offsets[first], score_offset};
-    if (auto st = AttendGroup(config, in, op, group, out.weights); !st.ok()) return st;
+    if (auto st = AttendGroup(config, in, op, group, weights); !st.ok()) return st;
     score_offset += group.count * t * s;
     first = end;
   }
-
-  if (has_o) {
-    if (auto s = projections.Run(op.context, n, layer.o(), layer.o_bias(), out.output.data(),
-                                 stream, scratchpad);
-        !s.ok()) {
-      return s;
-    }
-  }
-  stream.wait();
   return absl::OkStatus();
 }
 
