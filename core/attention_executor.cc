@@ -28,6 +28,10 @@ struct Operands {
   int64_t context_ld = 0;
 };
 
+// Query rows per tile for causal sequences longer than this: small enough to skip most blocked
+// keys, large enough to keep the QKᵀ and P·V matmuls efficient (measured: docs/PERFORMANCE.md).
+constexpr int64_t kCausalRowBlock = 128;
+
 // A run of consecutive sequences with the same query length t and key length s: they can share
 // one batched primitive because their rows sit at a fixed stride.
 struct SequenceGroup {
@@ -179,9 +183,14 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
   const int64_t budget = std::max<int64_t>(1, options.score_tile_bytes / int64_t{sizeof(float)});
   // Whole sequences per tile while they fit the budget; otherwise blocks of query rows.
   const int64_t per_sequence = h * t * s;
-  const int64_t batch_step =
-      per_sequence <= budget ? std::min(group.count, budget / per_sequence) : 1;
-  const int64_t row_step = per_sequence <= budget ? t : std::clamp<int64_t>(budget / (h * s), 1, t);
+  int64_t batch_step = per_sequence <= budget ? std::min(group.count, budget / per_sequence) : 1;
+  int64_t row_step = per_sequence <= budget ? t : std::clamp<int64_t>(budget / (h * s), 1, t);
+  // Causal and long: blocks of query rows let each tile skip the keys after its last query —
+  // close to half the QKᵀ and P·V work — and mask only its diagonal block.
+  if (in.mask.causal && t > kCausalRowBlock) {
+    batch_step = 1;
+    row_step = std::min(row_step, kCausalRowBlock);
+  }
 
   for (int64_t b0 = 0; b0 < group.count; b0 += batch_step) {
     const int64_t batch = std::min(batch_step, group.count - b0);
