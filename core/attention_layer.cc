@@ -26,9 +26,12 @@ absl::Status AttentionLayer::Pack(const AttentionWeights& weights) {
     return packed.status();
   };
   // W_Q and W_KV are column blocks of the fused matrix, read in place through its row stride.
+  // Packed, they are usually byte ranges of the packed fused matrix too: then they share it.
   if (auto s = pack(PackMatrix(w_qkv, d, 3 * d, 3 * d), qkv_); !s.ok()) return s;
   if (auto s = pack(PackMatrix(w_qkv, d, d, 3 * d), q_); !s.ok()) return s;
   if (auto s = pack(PackMatrix(w_qkv.subspan(d), d, 2 * d, 3 * d), kv_); !s.ok()) return s;
+  q_ = ShareIfIdentical(std::move(q_), qkv_, 0);
+  kv_ = ShareIfIdentical(std::move(kv_), qkv_, q_.bytes() / sizeof(float));
   if (config_.HasOutputProjection()) {
     if (auto s = pack(PackMatrix(weights.w_o, d, d, d), o_); !s.ok()) return s;
   }

@@ -21,9 +21,10 @@ namespace attnserve::core {
 class AttentionLayer {
  public:
   // Validates `config` and `weights` (InvalidArgument naming the field or tensor) and packs the
-  // weights (Internal if oneDNN fails, ResourceExhausted if memory runs out). Holds ≈ 1.75× the
-  // plain projection weights: the fused QKV matrix for self-attention, plus W_Q and W_KV packed
-  // apart for cross-attention.
+  // weights (Internal if oneDNN fails, ResourceExhausted if memory runs out). Holds the packed
+  // fused Q|K|V matrix and W_O; the packed W_Q and W_KV that cross-attention needs are byte
+  // ranges of the fused one when d_model is a multiple of 64 (oneDNN's column block), and
+  // separate copies otherwise (then 7·d² floats instead of 4·d²).
   static absl::StatusOr<std::shared_ptr<const AttentionLayer>> Create(
       const AttentionConfig& config, const AttentionWeights& weights);
 

@@ -1,5 +1,7 @@
 #include "core/packed_matrix.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "core/onednn_support.h"
 
@@ -27,12 +29,13 @@ absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t ro
     packed.rows = rows;
     packed.cols = cols;
     packed.desc = pd.weights_desc();
-    const size_t bytes = packed.desc.get_size();
-    packed.storage.Reserve((bytes + sizeof(float) - 1) / sizeof(float));
+    auto storage = std::make_shared<AlignedBuffer>(packed.bytes() / sizeof(float) + 1);
+    packed.begin = storage->data();
+    packed.storage = std::move(storage);
 
     const dnnl::memory::desc plain_desc({rows, cols}, dt::f32, dnnl::memory::dims{ld, 1});
     dnnl::memory from(plain_desc, engine, const_cast<float*>(plain.data()));
-    dnnl::memory to(packed.desc, engine, packed.storage.data());
+    dnnl::memory to(packed.desc, engine, const_cast<float*>(packed.begin));
     dnnl::stream stream(engine);
     dnnl::reorder(from, to).execute(stream, from, to);
     stream.wait();
@@ -40,6 +43,15 @@ absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t ro
   } catch (const dnnl::error& e) {
     return OneDnnError(e, "packing weights");
   }
+}
+
+PackedMatrix ShareIfIdentical(PackedMatrix part, const PackedMatrix& whole, size_t offset) {
+  const size_t offset_bytes = offset * sizeof(float);
+  if (offset_bytes > whole.bytes() || part.bytes() > whole.bytes() - offset_bytes) return part;
+  if (std::memcmp(whole.data() + offset, part.data(), part.bytes()) != 0) return part;
+  part.storage = whole.storage;
+  part.begin = whole.data() + offset;
+  return part;
 }
 
 }  // namespace attnserve::core

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <dnnl.hpp>
+#include <memory>
 #include <span>
 
 #include "absl/status/statusor.h"
@@ -18,9 +19,12 @@ struct PackedMatrix {
   int64_t rows = 0;         // K: the input features.
   int64_t cols = 0;         // N: the output features.
   dnnl::memory::desc desc;  // oneDNN's blocked layout; pass it as the matmul weights desc.
-  AlignedBuffer storage;    // desc.get_size() bytes.
+  // Owns the packed bytes, possibly together with other matrices (see ShareIfIdentical).
+  std::shared_ptr<const AlignedBuffer> storage;
+  const float* begin = nullptr;  // desc.get_size() bytes inside *storage.
 
-  const float* data() const { return storage.data(); }
+  const float* data() const { return begin; }
+  size_t bytes() const { return desc.get_size(); }
 };
 
 // Packs the row-major [rows, cols] matrix whose row r starts at plain[r * ld] (columns
@@ -29,6 +33,13 @@ struct PackedMatrix {
 // Internal error if oneDNN fails; throws std::bad_alloc if the packed copy cannot be allocated.
 absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t rows, int64_t cols,
                                         int64_t ld);
+
+// If `whole`'s packed bytes from float offset `offset` on are exactly `part`'s packed bytes,
+// returns `part` reading them from `whole`'s storage (and drops `part`'s own copy); otherwise
+// returns `part` unchanged. With oneDNN's column-block-outermost layouts a block of whole columns
+// packs to a contiguous range, so W_Q and W_KV can live inside the packed W_QKV; comparing the
+// bytes makes that safe whatever layout oneDNN picks.
+PackedMatrix ShareIfIdentical(PackedMatrix part, const PackedMatrix& whole, size_t offset);
 
 }  // namespace attnserve::core
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/attention_executor.h"
 #include "gmock/gmock.h"
@@ -144,6 +145,42 @@ TEST(AttentionLayerTest, KeepsItsOwnCopyOfTheWeights) {
   testing::TestBatch batch = testing::MakeBatch(16, {5, 9}, {}, 4);
   batch.causal = true;
   testing::ExpectMatchesReference(executor, *layer, reference_weights, batch);
+}
+
+TEST(AttentionLayerTest, CrossAttentionWeightsShareTheFusedPackingWhenTheyCan) {
+  // d_model = 128 is a whole number of oneDNN's 64-column blocks: packed W_Q and W_KV are byte
+  // ranges of the packed W_QKV and must not be stored twice.
+  const AttentionConfig config{.d_model = 128, .num_heads = 4, .bias = true};
+  const AttentionWeights weights = MakeRandomWeights(config, 5);
+  const auto layer = AttentionLayer::Create(config, weights);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const AttentionLayer& l = **layer;
+  EXPECT_EQ(l.q().storage, l.qkv().storage);
+  EXPECT_EQ(l.kv().storage, l.qkv().storage);
+  EXPECT_EQ(l.q().data(), l.qkv().data());
+  EXPECT_EQ(l.kv().data(), l.qkv().data() + l.q().bytes() / sizeof(float));
+  EXPECT_EQ(l.q().bytes() + l.kv().bytes(), l.qkv().bytes());
+  // And cross-attention through the shared bytes is still right.
+  AttentionExecutor executor;
+  testing::TestBatch batch = testing::MakeBatch(128, {7, 30}, {19, 4}, 6);
+  testing::ExpectMatchesReference(executor, l, weights, batch);
+}
+
+TEST(PackedMatrixTest, ShareIfIdenticalKeepsAPartWhoseBytesDiffer) {
+  const std::vector<float> plain(64 * 192, 0.5f);
+  auto whole = PackMatrix(plain, 64, 192, 192);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  std::vector<float> other(plain);
+  other[3] = -1.0f;  // Row 0, column 3: inside the first column block.
+  auto part = PackMatrix(other, 64, 64, 192);
+  ASSERT_TRUE(part.ok()) << part.status();
+  const float* own = part->data();
+  const PackedMatrix kept = ShareIfIdentical(*part, *whole, 0);
+  EXPECT_EQ(kept.data(), own);
+  EXPECT_NE(kept.storage, whole->storage);
+  // Past the end of `whole` is never shared either.
+  const PackedMatrix beyond = ShareIfIdentical(*part, *whole, whole->bytes() / sizeof(float));
+  EXPECT_EQ(beyond.data(), own);
 }
 
 }  // namespace
