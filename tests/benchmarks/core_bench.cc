@@ -20,8 +20,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <dnnl.hpp>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -241,6 +243,55 @@ Case Uniform(int64_t batch, int64_t t, int64_t d, int64_t h, bool causal) {
               .causal = causal};
 }
 
+// The cost of a batch shape the executor has not seen: two sequence lengths alternate through an
+// executor that keeps one shape, with oneDNN's own primitive cache off, so every call creates its
+// primitives. Compare with cache:warm, the same calls with every shape cached.
+void RunShapeChurn(benchmark::State& state, LazyProblem& first, LazyProblem& second, bool warm) {
+  const Problem* problems[2] = {&first.Get(), &second.Get()};
+  core::AttentionExecutor executor(
+      {.compute_threads = 2, .max_cached_shapes = static_cast<size_t>(warm ? 512 : 1)});
+  const int64_t d = problems[0]->spec.config.d_model;
+  std::vector<float> output(static_cast<size_t>(
+      std::max(problems[0]->query_offsets.back(), problems[1]->query_offsets.back()) * d));
+  auto forward = [&](const Problem& p) {
+    const core::AttentionInputs in = p.Inputs();
+    return executor.Forward(*p.layer, in, {.output = std::span(output).first(in.query.rows() * d)});
+  };
+  // Warm-up sizes the scratch buffers for both shapes.
+  for (const Problem* p : problems) {
+    if (absl::Status s = forward(*p); !s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      return;
+    }
+  }
+  const int saved_capacity = dnnl::get_primitive_cache_capacity();
+  if (!warm) dnnl::set_primitive_cache_capacity(0);
+  int64_t i = 0;
+  for (auto _ : state) {
+    if (absl::Status s = forward(*problems[i++ % 2]); !s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  dnnl::set_primitive_cache_capacity(saved_capacity);
+}
+
+void RegisterShapeChurn() {
+  auto first = std::make_shared<LazyProblem>(Uniform(1, 200, 512, 8, false));
+  auto second = std::make_shared<LazyProblem>(Uniform(1, 201, 512, 8, false));
+  for (bool warm : {false, true}) {
+    const std::string name = std::string("BM_ShapeChurn/T:200|201/d:512/h:8/threads:2/cache:") +
+                             (warm ? "warm" : "cold");
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [first, second, warm](benchmark::State& state) {
+                                   RunShapeChurn(state, *first, *second, warm);
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 void RegisterAll() {
   const std::vector<int> kThreads{1, 2};
   struct Shape {
@@ -278,6 +329,9 @@ void RegisterAll() {
 
   // Score tile budget, on the long-sequence case where it matters.
   for (bool causal : {false, true}) RegisterTileSweep(Uniform(1, 2048, 512, 8, causal));
+
+  // What a never-seen batch shape costs (primitive creation).
+  RegisterShapeChurn();
 
   // The double-precision reference (single-threaded plain loops), smallest case only.
   for (bool causal : {false, true}) RegisterReference(Uniform(1, 128, 512, 8, causal));
