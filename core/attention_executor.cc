@@ -35,7 +35,7 @@ constexpr int64_t kCausalRowBlock = 128;
 // A run of consecutive sequences with the same query length t and key length s: they can share
 // one batched primitive because their rows sit at a fixed stride.
 struct SequenceGroup {
-  int64_t first, count, t, s;
+  int64_t count, t, s;
   int64_t q_row, kv_row;  // First query row and first key row of the group.
   int64_t score_offset;   // Σ T_i·S_i of the sequences before the group.
 };
@@ -166,8 +166,8 @@ absl::Status AttentionExecutor::Impl::AttendAll(const AttentionConfig& config,
     const int64_t t = in.query.length(first), s = KeyLength(in, first);
     int64_t end = first + 1;
     while (end < num_sequences && in.query.length(end) == t && KeyLength(in, end) == s) ++end;
-    const SequenceGroup group{
-        first, end - first, t, s, in.query.offsets[first], keys.offsets[first], score_offset};
+    const SequenceGroup group{end - first,         t,           s, in.query.offsets[first],
+                              keys.offsets[first], score_offset};
     if (auto st = AttendGroup(config, in, op, group, weights); !st.ok()) return st;
     score_offset += group.count * t * s;
     first = end;
