@@ -1,6 +1,10 @@
 #include "core/attention_batch.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
+#include "core/finite_values.h"
 
 namespace attnserve::core {
 namespace {
@@ -28,6 +32,12 @@ absl::Status ValidateRagged(absl::string_view name, const RaggedBatch& batch, in
     return absl::InvalidArgumentError(absl::StrCat(name, ".data: expected offsets.back() (",
                                                    batch.rows(), ") rows x ", width,
                                                    " values, got ", values, " values"));
+  }
+  if (const int64_t bad = FindNonFinite(batch.data); bad >= 0) {
+    const int64_t row = bad / width;
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".data[", bad, "] (sequence ", batch.SequenceOfRow(row), ", row ", row, ", column ",
+        bad % width, "): expected a finite value, got ", batch.data[bad]));
   }
   return absl::OkStatus();
 }
@@ -60,6 +70,7 @@ int64_t ScoreElements(const AttentionInputs& in) {
 
 absl::Status ValidateBatch(const AttentionConfig& config, const AttentionInputs& in,
                            const AttentionOutputs& out) {
+  if (auto s = config.Validate(); !s.ok()) return s;
   const int64_t d = config.d_model;
   if (auto s = ValidateRagged("query", in.query, d); !s.ok()) return s;
   if (in.memory) {

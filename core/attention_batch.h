@@ -6,6 +6,7 @@
 #ifndef ATTNSERVE_CORE_ATTENTION_BATCH_H_
 #define ATTNSERVE_CORE_ATTENTION_BATCH_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -16,7 +17,7 @@
 namespace attnserve::core {
 
 // B ≥ 1 non-empty sequences packed row-wise. `offsets` has B + 1 entries: offsets[0] == 0,
-// strictly increasing, offsets[B] == rows; `data` holds rows × width floats.
+// strictly increasing, offsets[B] == rows; `data` holds rows × width finite floats.
 struct RaggedBatch {
   std::span<const float> data = {};
   std::span<const int64_t> offsets = {};
@@ -26,6 +27,10 @@ struct RaggedBatch {
   }
   int64_t rows() const { return offsets.empty() ? 0 : offsets.back(); }
   int64_t length(int64_t i) const { return offsets[i + 1] - offsets[i]; }
+  // The sequence holding `row` (0 <= row < rows()); offsets must be valid.
+  int64_t SequenceOfRow(int64_t row) const {
+    return std::upper_bound(offsets.begin(), offsets.end(), row) - offsets.begin() - 1;
+  }
 };
 
 // Which keys each query may see. Blocked scores become -∞ before the softmax. A query row whose
@@ -73,8 +78,9 @@ inline int64_t WeightsSize(const AttentionConfig& config, const AttentionInputs&
   return config.num_heads * ScoreElements(in);
 }
 
-// OK when `in` and `out` are consistent with each other and with `config` (valid); otherwise
-// InvalidArgument naming the field, the expected and the received value.
+// OK when `config` is valid, `in` and `out` are consistent with each other and with it, and every
+// input value is finite; otherwise InvalidArgument naming the field, the expected and the
+// received value.
 absl::Status ValidateBatch(const AttentionConfig& config, const AttentionInputs& in,
                            const AttentionOutputs& out);
 

@@ -6,8 +6,10 @@
 #include <new>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/aligned_buffer.h"
 #include "core/attention_tile.h"
+#include "core/finite_values.h"
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
 #include "core/score_masking.h"
@@ -46,6 +48,23 @@ struct TilePlace {
   TileGeometry geometry{};
 };
 
+// Sets the OpenMP team size for this thread's parallel regions (oneDNN's) for one forward pass
+// and restores the caller's setting afterwards; 0 leaves it alone.
+class OpenMpThreadsScope {
+ public:
+  explicit OpenMpThreadsScope(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~OpenMpThreadsScope() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
+  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace
 
 struct AttentionExecutor::Impl {
@@ -56,6 +75,8 @@ struct AttentionExecutor::Impl {
         tiles(o.max_cached_shapes) {}
 
   absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
+                       const AttentionOutputs& out);
+  absl::Status Compute(const AttentionLayer& layer, const AttentionInputs& in,
                        const AttentionOutputs& out);
   absl::StatusOr<Operands> Project(const AttentionLayer& layer, const AttentionInputs& in);
   absl::Status AttendAll(const AttentionConfig& config, const AttentionInputs& in,
@@ -106,7 +127,21 @@ absl::Status AttentionExecutor::Forward(const AttentionLayer& layer, const Atten
 absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
                                               const AttentionInputs& in,
                                               const AttentionOutputs& out) {
-  if (options.compute_threads > 0) omp_set_num_threads(options.compute_threads);
+  const OpenMpThreadsScope threads(options.compute_threads);
+  if (auto s = Compute(layer, in, out); !s.ok()) return s;
+  // fp32 overflow (inputs ~1e20 make QKᵀ infinite) must not come back as an OK answer.
+  if (const int64_t bad = FindNonFinite(out.output); bad >= 0) {
+    const int64_t d = layer.config().d_model;
+    return absl::OutOfRangeError(absl::StrCat(
+        "output of sequence ", in.query.SequenceOfRow(bad / d),
+        " is not finite: input values too large for fp32 attention (scores overflow)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttentionExecutor::Impl::Compute(const AttentionLayer& layer,
+                                              const AttentionInputs& in,
+                                              const AttentionOutputs& out) {
   const AttentionConfig& config = layer.config();
   absl::StatusOr<Operands> op = Project(layer, in);
   if (!op.ok()) return op.status();

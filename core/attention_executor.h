@@ -25,13 +25,15 @@ namespace attnserve::core {
 
 struct ExecutorOptions {
   // OpenMP threads oneDNN uses inside each Forward() (set on the calling thread, which becomes
-  // the OpenMP master). 0 keeps OpenMP's default: OMP_NUM_THREADS, else one per core. The caller's
+  // the OpenMP master, and restored when Forward() returns). 0 keeps the calling thread's
+  // setting: OMP_NUM_THREADS, else one per core, unless the caller changed it. The caller's
   // own threads share the same cores: budget compute_threads + other busy threads <= cores, and
   // run with OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 so idle OpenMP workers spin only
   // briefly (keeping back-to-back primitives fast) and then sleep instead of stealing the cores
   // (README, "Threads").
   int compute_threads = 0;
-  // Upper bound on one tile of attention scores, in bytes (batch·heads·rows·keys·4). Long
+  // Target size of one tile of attention scores, in bytes (batch·heads·rows·keys·4); a tile
+  // holds at least one query row of every head (heads·keys·4 bytes) even if that is more. Long
   // sequences are attended in blocks of query rows so the score tile stays within the last-level
   // cache instead of growing as h·T² (134 MB at T = 2048, h = 8). Smaller tiles shrink the
   // matmuls' M and cost throughput; 8 MiB measured best on the reference machine, within 2 % of
@@ -51,8 +53,10 @@ class AttentionExecutor {
 
   // Computes `layer` on `in`, writing out.output and, when non-empty, out.weights.
   // InvalidArgument (naming the field, expected and received values) when `in`/`out` do not fit
-  // the layer's config; Internal if oneDNN fails; ResourceExhausted if scratch memory cannot be
-  // allocated. On error the outputs are unspecified; the executor stays usable.
+  // the layer's config or an input value is not finite; OutOfRange when the output is not finite
+  // (inputs so large that fp32 scores overflow, ~1e19 and up); Internal if oneDNN fails;
+  // ResourceExhausted if scratch memory cannot be allocated. On error the outputs are
+  // unspecified; the executor stays usable.
   absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
                        const AttentionOutputs& out);
 

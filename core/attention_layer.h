@@ -23,8 +23,8 @@ class AttentionLayer {
   // Validates `config` and `weights` (InvalidArgument naming the field or tensor) and packs the
   // weights (Internal if oneDNN fails, ResourceExhausted if memory runs out). Holds the packed
   // fused Q|K|V matrix and W_O; the packed W_Q and W_KV that cross-attention needs are byte
-  // ranges of the fused one when d_model is a multiple of 64 (oneDNN's column block), and
-  // separate copies otherwise (then 7·d² floats instead of 4·d²).
+  // ranges of the fused one when oneDNN's layout allows it (AVX-512 blocked layouts with d_model
+  // a multiple of 64) and separate copies otherwise (then 7·d² floats instead of 4·d²).
   static absl::StatusOr<std::shared_ptr<const AttentionLayer>> Create(
       const AttentionConfig& config, const AttentionWeights& weights);
 

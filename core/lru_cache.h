@@ -39,7 +39,12 @@ class LruCache {
       entries_.pop_back();
     }
     entries_.emplace_front(key, std::move(value));
-    index_.emplace(key, entries_.begin());
+    try {
+      index_.emplace(key, entries_.begin());
+    } catch (...) {
+      entries_.pop_front();  // Keep list and index in step if the index cannot grow.
+      throw;
+    }
     return &entries_.front().second;
   }
 

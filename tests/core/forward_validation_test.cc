@@ -259,5 +259,49 @@ TEST_F(ForwardValidationTest, ValidCallsStillSucceedAfterManyErrors) {
   ExpectMatchesReference(executor_, *layer_.layer, layer_.weights, other);
 }
 
+TEST_F(ForwardValidationTest, NonFiniteQueryValueNamesSequenceRowAndColumn) {
+  Buffers out = BuffersFor(valid_);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> data = valid_.query_data;
+    data[4 * kDModel + 7] = bad;  // Row 4 is the second row of sequence 1 (lengths 3, 5).
+    core::AttentionInputs in = valid_.Inputs();
+    in.query.data = data;
+    ExpectRejected(in, out.outputs(), "query.data[71] (sequence 1, row 4, column 7)");
+  }
+}
+
+TEST_F(ForwardValidationTest, NonFiniteMemoryValue) {
+  TestBatch cross = MakeBatch(kDModel, {3, 5}, {4, 2}, 12);
+  Buffers out = BuffersFor(cross);
+  std::vector<float> memory = cross.memory_data;
+  memory.back() = std::numeric_limits<float>::quiet_NaN();
+  core::AttentionInputs in = cross.Inputs();
+  in.memory->data = memory;
+  ExpectRejected(in, out.outputs(), "memory.data[95] (sequence 1, row 5, column 15)");
+}
+
+TEST_F(ForwardValidationTest, OverflowingScoresAreOutOfRangeNotNaN) {
+  // Finite but huge inputs: fp32 Q·Kᵀ overflows to ∞ and the softmax would yield NaN.
+  Buffers out = BuffersFor(valid_);
+  std::vector<float> data = valid_.query_data;
+  for (float& x : data) x *= 1e20f;
+  core::AttentionInputs in = valid_.Inputs();
+  in.query.data = data;
+  const absl::Status status = executor_.Forward(*layer_.layer, in, out.outputs());
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("not finite"));
+  ExpectMatchesReference(executor_, *layer_.layer, layer_.weights, valid_);
+}
+
+TEST(ValidateBatchTest, InvalidConfigIsAnErrorNotACrash) {
+  const TestBatch batch = MakeBatch(kDModel, {3}, {}, 1);
+  std::vector<float> output(3 * kDModel);
+  const absl::Status status =
+      core::ValidateBatch({.d_model = 0, .num_heads = 1}, batch.Inputs(), {.output = output});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("d_model"));
+}
+
 }  // namespace
 }  // namespace attnserve::testing
