@@ -1,23 +1,23 @@
 #include "core/attention_weights.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/finite_values.h"
 
 namespace attnserve::core {
 namespace {
 
+absl::Status CheckSize(absl::string_view name, std::span<const float> values, size_t expected) {
+  if (values.size() == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("weights: ", name, " has ", values.size(), " values, expected ", expected));
+}
+
 absl::Status CheckTensor(absl::string_view name, std::span<const float> values, size_t expected) {
-  if (values.size() != expected) {
+  if (auto s = CheckSize(name, values, expected); !s.ok()) return s;
+  if (const int64_t bad = FindNonFinite(values); bad >= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("weights: ", name, " has ", values.size(), " values, expected ", expected));
-  }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("weights: ", name, "[", i, "] is not finite (", values[i], ")"));
-    }
+        absl::StrCat("weights: ", name, "[", bad, "] is not finite (", values[bad], ")"));
   }
   return absl::OkStatus();
 }
@@ -78,10 +78,7 @@ absl::StatusOr<AttentionWeights> PackWeights(const AttentionConfig& config,
                 {"b_q", p.b_q, bias_size}, {"b_k", p.b_k, bias_size},
                 {"b_v", p.b_v, bias_size}, {"b_o", p.b_o, has_o ? bias_size : 0}};
   for (const auto& c : checks) {
-    if (c.values.size() != c.expected) {
-      return absl::InvalidArgumentError(absl::StrCat("weights: ", c.name, " has ", c.values.size(),
-                                                     " values, expected ", c.expected));
-    }
+    if (auto s = CheckSize(c.name, c.values, c.expected); !s.ok()) return s;
   }
 
   AttentionWeights w;

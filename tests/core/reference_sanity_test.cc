@@ -42,6 +42,14 @@ AttentionWeights Weights(std::vector<float> w_qkv, std::vector<float> b_qkv = {}
   return w;
 }
 
+// d = 2 weights with W_Q = W_K = 0 and W_V = I: every score is 0, so each head averages the values
+// it may see. `output_identity` adds W_O = I (multi-head); otherwise no W_O (single head).
+AttentionWeights AveragingWeights(bool output_identity) {
+  const std::vector<float> zero(4, 0.0f), identity{1, 0, 0, 1};
+  return Weights(Fuse(2, zero, zero, identity), {},
+                 output_identity ? identity : std::vector<float>{});
+}
+
 core::AttentionInputs SelfInputs(const std::vector<float>& x, const std::vector<int64_t>& offsets) {
   core::AttentionInputs in;
   in.query = {.data = x, .offsets = offsets};
@@ -52,8 +60,7 @@ TEST(ReferenceSanityTest, ZeroScoresAverageTheValues) {
   // W_Q = W_K = 0: every score is 0, so attention is uniform and the output is the mean of V.
   const AttentionConfig config{
       .d_model = 2, .num_heads = 1, .variant = AttentionVariant::kSingleHead};
-  const std::vector<float> zero(4, 0.0f), identity{1, 0, 0, 1};
-  const AttentionWeights weights = Weights(Fuse(2, zero, zero, identity));
+  const AttentionWeights weights = AveragingWeights(/*output_identity=*/false);
   const std::vector<float> x{1, 2, 3, 4, 5, 9};
   const std::vector<int64_t> offsets{0, 3};
   const auto r = Attention(config, weights, SelfInputs(x, offsets));
@@ -68,8 +75,7 @@ TEST(ReferenceSanityTest, ZeroScoresAverageTheValues) {
 TEST(ReferenceSanityTest, CausalAveragesThePrefix) {
   const AttentionConfig config{
       .d_model = 2, .num_heads = 1, .variant = AttentionVariant::kSingleHead};
-  const std::vector<float> zero(4, 0.0f), identity{1, 0, 0, 1};
-  const AttentionWeights weights = Weights(Fuse(2, zero, zero, identity));
+  const AttentionWeights weights = AveragingWeights(/*output_identity=*/false);
   const std::vector<float> x{1, 2, 3, 4, 5, 9};
   const std::vector<int64_t> offsets{0, 3};
   core::AttentionInputs in = SelfInputs(x, offsets);
@@ -170,8 +176,7 @@ TEST(ReferenceSanityTest, CrossAttentionExplicitMaskAndSequenceLayout) {
 
 TEST(ReferenceSanityTest, HeadMaskZeroesTheHeadSlice) {
   const AttentionConfig config{.d_model = 2, .num_heads = 2};
-  const std::vector<float> zero(4, 0.0f), identity{1, 0, 0, 1};
-  const AttentionWeights weights = Weights(Fuse(2, zero, zero, identity), {}, identity);
+  const AttentionWeights weights = AveragingWeights(/*output_identity=*/true);
   const std::vector<float> x{1, 2, 3, 4};
   const std::vector<int64_t> offsets{0, 2};
   const bool head_mask[2] = {true, false};
@@ -189,8 +194,7 @@ TEST(ReferenceSanityTest, HeadMaskZeroesTheHeadSlice) {
 
 TEST(ReferenceSanityTest, RejectsInconsistentInputs) {
   const AttentionConfig config{.d_model = 2, .num_heads = 2};
-  const std::vector<float> zero(4, 0.0f), identity{1, 0, 0, 1};
-  const AttentionWeights weights = Weights(Fuse(2, zero, zero, identity), {}, identity);
+  const AttentionWeights weights = AveragingWeights(/*output_identity=*/true);
   const std::vector<float> x{1, 2, 3, 4};
   const std::vector<int64_t> offsets{0, 2};
   const std::vector<uint8_t> short_mask(3, 1);
