@@ -10,8 +10,13 @@ packages=(
   # Core: oneDNN 2.6 (v2 API), abseil for Status/StatusOr.
   # ocl-icd-opencl-dev: Debian's dnnl CMake config requires OpenCL even for CPU-only use.
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libabsl-dev
+  # Model files and tools: config.json parsing, command lines.
+  nlohmann-json3-dev libcli11-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev
+  # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
+  # links the reference BLAS; the OpenBLAS alternative makes it ~20x faster.
+  python3 python3-numpy python3-torch libopenblas0-pthread
 )
 
 sudo_cmd=()

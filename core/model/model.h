@@ -1,0 +1,54 @@
+// Model: one servable attention model — its name, config and ready-to-run layer — and the two
+// ways to get one: from a model folder, or the embedded `demo` model.
+//
+// A model folder is `<repository>/<name>/` holding config.json (model_config.h) and
+// weights.safetensors (weight_naming.h lists the accepted tensor names). Models are immutable and
+// shared through shared_ptr<const Model>: a reload makes a new Model, and work in flight keeps the
+// old one alive.
+#ifndef ATTNSERVE_CORE_MODEL_MODEL_H_
+#define ATTNSERVE_CORE_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/attention_layer.h"
+#include "core/model/model_config.h"
+
+namespace attnserve::model {
+
+inline constexpr char kConfigFileName[] = "config.json";
+inline constexpr char kWeightsFileName[] = "weights.safetensors";
+inline constexpr char kDemoModelName[] = "demo";
+
+struct Model {
+  std::string name;
+  ModelConfig config;
+  std::shared_ptr<const core::AttentionLayer> layer;
+  // Where the weights came from: the folder path, or "embedded" for the demo model.
+  std::string source;
+  // How the weights file named its tensors ("seed", "torch", "split"; "embedded" for the demo)
+  // and their file dtype ("F32", "F16", "BF16"; "F32" for the demo).
+  std::string weight_naming;
+  std::string file_dtype;
+  // 1 for the first load; the repository gives each successful reload the next number.
+  int64_t version = 1;
+};
+
+// Loads `folder` as a model named after the folder's last component. Errors name the file (and
+// for the weights, the tensor): NotFound for a missing config.json or weights.safetensors,
+// InvalidArgument for anything malformed, Internal/ResourceExhausted from packing. Never crashes
+// on a broken file. Thread-safe.
+absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder);
+
+// The embedded default model `demo`: d_model 512, 8 heads, multi-head with bias, weights
+// core::MakeRandomWeights(config, kDemoSeed). Built on first use, then shared (an error, e.g.
+// ResourceExhausted from packing, is returned on every call).
+inline constexpr uint64_t kDemoSeed = 20261129;
+absl::StatusOr<std::shared_ptr<const Model>> DemoModel();
+
+}  // namespace attnserve::model
+
+#endif  // ATTNSERVE_CORE_MODEL_MODEL_H_

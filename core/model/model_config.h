@@ -1,0 +1,54 @@
+// ModelConfig: the contents of a model folder's config.json.
+//
+//   {"d_model": 512, "num_heads": 8, "variant": "multi_head", "bias": true, "dtype": "fp32",
+//    "max_sequence_length": 4096,
+//    "batching": {"max_batch_sequences": 64, "max_batch_tokens": 8192,
+//                 "max_queue_delay_us": 1000, "max_queue_size": 1024}}
+//
+// Required: d_model, num_heads. Defaults: variant "multi_head", bias false, dtype "fp32" (the
+// compute type; the weights file may hold F32, F16 or BF16). max_sequence_length and every
+// batching key are optional overrides of the server's defaults. Any other key is an error naming
+// it. A plain value type.
+#ifndef ATTNSERVE_CORE_MODEL_MODEL_CONFIG_H_
+#define ATTNSERVE_CORE_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/attention_config.h"
+
+namespace attnserve::model {
+
+// Per-model overrides of the server's batching options; unset = the server's default. Every set
+// value is ≥ 1 (max_queue_delay_us ≥ 0).
+struct BatchingOverrides {
+  std::optional<int64_t> max_batch_sequences;
+  std::optional<int64_t> max_batch_tokens;
+  std::optional<int64_t> max_queue_delay_us;
+  std::optional<int64_t> max_queue_size;
+
+  bool operator==(const BatchingOverrides&) const = default;
+};
+
+struct ModelConfig {
+  core::AttentionConfig attention;
+  // Longest query or memory sequence a request may send; unset = the server's default.
+  std::optional<int64_t> max_sequence_length;
+  BatchingOverrides batching;
+};
+
+// Parses and validates config.json text. InvalidArgument naming the key (e.g. "batching.
+// max_queue_size"), the expected and the actual value, for bad JSON, a missing required key, a
+// wrong type, an invalid value (including an invalid AttentionConfig) or an unknown key.
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text);
+
+// config.json text for `config` (pretty-printed, unset optionals omitted); ParseModelConfig of
+// the result gives `config` back.
+std::string ModelConfigToJson(const ModelConfig& config);
+
+}  // namespace attnserve::model
+
+#endif  // ATTNSERVE_CORE_MODEL_MODEL_CONFIG_H_
