@@ -27,8 +27,23 @@
 namespace attnserve::model {
 
 // Every dtype the safetensors format defines.
-enum class TensorDtype { kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32,
-                         kF32, kF64, kI64, kU64 };
+enum class TensorDtype {
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64
+};
 
 // The format's spelling: "BOOL", "U8", ..., "F8_E5M2", "F16", "BF16", "F32", "F64", ...
 std::string_view DtypeName(TensorDtype dtype);
