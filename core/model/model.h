@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "core/attention_layer.h"
@@ -36,6 +37,10 @@ struct Model {
   // 1 for the first load; the repository gives each successful reload the next number.
   int64_t version = 1;
 };
+
+// Whether `name` can name a model folder: non-empty, no '/', not starting with '.' (such folders
+// are ignored by the repository).
+bool IsValidModelName(std::string_view name);
 
 // Loads `folder` as a model named after the folder's last component. Errors name the file (and
 // for the weights, the tensor): NotFound for a missing config.json or weights.safetensors,

@@ -1,0 +1,153 @@
+#include "core/model/model_config.h"
+
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace attnserve::model {
+namespace {
+
+using nlohmann::json;
+
+// A short rendering of a JSON value for error messages.
+std::string Render(const json& value) {
+  // Replace invalid UTF-8 rather than throw: the text is only shown to the user.
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
+absl::Status BadValue(const std::string& key, std::string_view expected, const json& value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", key, "\" must be ", std::string(expected), ", got ", Render(value)));
+}
+
+absl::StatusOr<int64_t> ReadInteger(const std::string& key, const json& value, int64_t min) {
+  const std::string expected = absl::StrCat("an integer >= ", min);
+  if (!value.is_number_integer()) return BadValue(key, expected, value);
+  if (value.is_number_unsigned() &&
+      value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return BadValue(key, expected, value);
+  }
+  const int64_t v = value.get<int64_t>();
+  if (v < min) return BadValue(key, expected, value);
+  return v;
+}
+
+absl::StatusOr<std::string> ReadString(const std::string& key, const json& value) {
+  if (!value.is_string()) return BadValue(key, "a string", value);
+  return value.get<std::string>();
+}
+
+absl::Status ParseBatching(const json& object, BatchingOverrides& out) {
+  if (!object.is_object()) return BadValue("batching", "an object", object);
+  for (const auto& [key, value] : object.items()) {
+    const std::string path = "batching." + key;
+    std::optional<int64_t>* field = nullptr;
+    int64_t min = 1;
+    if (key == "max_batch_sequences") {
+      field = &out.max_batch_sequences;
+    } else if (key == "max_batch_tokens") {
+      field = &out.max_batch_tokens;
+    } else if (key == "max_queue_delay_us") {
+      field = &out.max_queue_delay_us;
+      min = 0;
+    } else if (key == "max_queue_size") {
+      field = &out.max_queue_size;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key \"", path,
+                       "\"; expected max_batch_sequences, max_batch_tokens, max_queue_delay_us or "
+                       "max_queue_size"));
+    }
+    absl::StatusOr<int64_t> v = ReadInteger(path, value, min);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  return absl::OkStatus();
+}
+
+// Applies one top-level key to `config`.
+absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& config) {
+  core::AttentionConfig& attention = config.attention;
+  if (key == "d_model" || key == "num_heads") {
+    absl::StatusOr<int64_t> v = ReadInteger(key, value, 1);
+    if (!v.ok()) return v.status();
+    (key == "d_model" ? attention.d_model : attention.num_heads) = *v;
+  } else if (key == "variant") {
+    absl::StatusOr<std::string> name = ReadString(key, value);
+    if (!name.ok()) return name.status();
+    absl::StatusOr<core::AttentionVariant> variant = core::ParseVariant(*name);
+    if (!variant.ok()) return BadValue(key, "\"multi_head\" or \"single_head\"", value);
+    attention.variant = *variant;
+  } else if (key == "bias") {
+    if (!value.is_boolean()) return BadValue(key, "true or false", value);
+    attention.bias = value.get<bool>();
+  } else if (key == "dtype") {
+    const std::string fp32(core::ComputeTypeName(core::ComputeType::kFloat32));
+    if (!value.is_string() || value.get<std::string>() != fp32) {
+      return BadValue(key, "\"" + fp32 + "\"", value);
+    }
+  } else if (key == "max_sequence_length") {
+    absl::StatusOr<int64_t> v = ReadInteger(key, value, 1);
+    if (!v.ok()) return v.status();
+    config.max_sequence_length = *v;
+  } else if (key == "batching") {
+    return ParseBatching(value, config.batching);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown key \"", key,
+        "\"; expected d_model, num_heads, variant, bias, dtype, max_sequence_length or batching"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", e.what()));
+  }
+  if (!root.is_object()) return BadValue("(top level)", "an object", root);
+  for (const char* required : {"d_model", "num_heads"}) {
+    if (!root.contains(required)) {
+      return absl::InvalidArgumentError(absl::StrCat("missing required key \"", required, "\""));
+    }
+  }
+  ModelConfig config;
+  config.attention.bias = false;
+  config.attention.variant = core::AttentionVariant::kMultiHead;
+  for (const auto& [key, value] : root.items()) {
+    if (absl::Status s = ParseKey(key, value, config); !s.ok()) return s;
+  }
+  if (absl::Status s = config.attention.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(std::string(s.message()));
+  }
+  return config;
+}
+
+std::string ModelConfigToJson(const ModelConfig& config) {
+  const core::AttentionConfig& a = config.attention;
+  json root = json::object();
+  root["d_model"] = a.d_model;
+  root["num_heads"] = a.num_heads;
+  root["variant"] = std::string(core::VariantName(a.variant));
+  root["bias"] = a.bias;
+  root["dtype"] = std::string(core::ComputeTypeName(a.compute_type));
+  if (config.max_sequence_length) root["max_sequence_length"] = *config.max_sequence_length;
+  json batching = json::object();
+  const BatchingOverrides& b = config.batching;
+  if (b.max_batch_sequences) batching["max_batch_sequences"] = *b.max_batch_sequences;
+  if (b.max_batch_tokens) batching["max_batch_tokens"] = *b.max_batch_tokens;
+  if (b.max_queue_delay_us) batching["max_queue_delay_us"] = *b.max_queue_delay_us;
+  if (b.max_queue_size) batching["max_queue_size"] = *b.max_queue_size;
+  if (!batching.empty()) root["batching"] = batching;
+  return root.dump(2) + "\n";
+}
+
+}  // namespace attnserve::model

@@ -44,12 +44,13 @@ std::vector<ExpectedTensor> ExpectedTensors(const core::AttentionConfig& config,
 // both markers when two are.
 absl::StatusOr<WeightNaming> DetectNaming(const SafetensorsIndex& index);
 
-// The weights `index` holds, converted to the internal layout for `config` (valid). Detects the
-// naming; InvalidArgument naming the tensor for a missing tensor (with its expected shape), an
-// extra tensor, a wrong shape (expected and actual), an unsupported dtype, or a non-finite value
-// (its index and value).
+// The weights `index` holds under `naming` (usually DetectNaming's answer), converted to the
+// internal layout for `config` (valid). InvalidArgument naming the tensor for a missing tensor
+// (with its expected shape), an extra tensor, a wrong shape (expected and actual), an unsupported
+// dtype, or a non-finite value (its index and value).
 absl::StatusOr<core::AttentionWeights> ReadWeights(const SafetensorsIndex& index,
-                                                   const core::AttentionConfig& config);
+                                                   const core::AttentionConfig& config,
+                                                   WeightNaming naming);
 
 // A named fp32 tensor, as a writer needs it.
 struct NamedTensor {

@@ -1,0 +1,137 @@
+// config.json parsing: every key, defaults, and one clear error per kind of mistake.
+#include "core/model/model_config.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace attnserve::model {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(ModelConfigTest, ParsesEveryKey) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(R"({
+    "d_model": 768, "num_heads": 12, "variant": "multi_head", "bias": true, "dtype": "fp32",
+    "max_sequence_length": 2048,
+    "batching": {"max_batch_sequences": 32, "max_batch_tokens": 4096,
+                 "max_queue_delay_us": 0, "max_queue_size": 100}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention.d_model, 768);
+  EXPECT_EQ(c->attention.num_heads, 12);
+  EXPECT_EQ(c->attention.variant, core::AttentionVariant::kMultiHead);
+  EXPECT_TRUE(c->attention.bias);
+  EXPECT_EQ(c->max_sequence_length, 2048);
+  EXPECT_EQ(c->batching.max_batch_sequences, 32);
+  EXPECT_EQ(c->batching.max_batch_tokens, 4096);
+  EXPECT_EQ(c->batching.max_queue_delay_us, 0);
+  EXPECT_EQ(c->batching.max_queue_size, 100);
+}
+
+TEST(ModelConfigTest, OptionalKeysHaveDocumentedDefaults) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(R"({"d_model": 64, "num_heads": 4})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention.variant, core::AttentionVariant::kMultiHead);
+  EXPECT_FALSE(c->attention.bias);
+  EXPECT_EQ(c->attention.compute_type, core::ComputeType::kFloat32);
+  EXPECT_FALSE(c->max_sequence_length.has_value());
+  EXPECT_EQ(c->batching, BatchingOverrides{});
+}
+
+TEST(ModelConfigTest, SingleHeadVariant) {
+  absl::StatusOr<ModelConfig> c =
+      ParseModelConfig(R"({"d_model": 64, "num_heads": 1, "variant": "single_head"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention.variant, core::AttentionVariant::kSingleHead);
+  EXPECT_EQ(c->attention.ParameterCount(), 3 * 64 * 64);
+}
+
+TEST(ModelConfigTest, JsonRoundTrip) {
+  ModelConfig config;
+  config.attention = {
+      .d_model = 96, .num_heads = 3, .variant = core::AttentionVariant::kMultiHead, .bias = true};
+  config.max_sequence_length = 512;
+  config.batching.max_queue_delay_us = 250;
+  config.batching.max_batch_tokens = 1000;
+  absl::StatusOr<ModelConfig> back = ParseModelConfig(ModelConfigToJson(config));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->attention.d_model, 96);
+  EXPECT_EQ(back->attention.num_heads, 3);
+  EXPECT_TRUE(back->attention.bias);
+  EXPECT_EQ(back->max_sequence_length, 512);
+  EXPECT_EQ(back->batching, config.batching);
+  EXPECT_THAT(ModelConfigToJson(config), Not(HasSubstr("max_batch_sequences")));
+}
+
+struct BadConfig {
+  const char* name;
+  const char* json;
+  std::vector<std::string> fragments;  // Every one must appear in the message.
+};
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, IsRejectedWithAMessageNamingTheProblem) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(GetParam().json);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const std::string& fragment : GetParam().fragments) {
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(fragment));
+  }
+}
+
+const BadConfig kBadConfigs[] = {
+    {"NotJson", R"({"d_model": 64,)", {"not valid JSON"}},
+    {"Empty", "", {"not valid JSON"}},
+    {"NotAnObject", "[64, 4]", {"must be an object", "[64,4]"}},
+    {"MissingDModel", R"({"num_heads": 4})", {"missing required key \"d_model\""}},
+    {"MissingHeads", R"({"d_model": 64})", {"missing required key \"num_heads\""}},
+    {"UnknownKey",
+     R"({"d_model": 64, "num_heads": 4, "heads": 4})",
+     {"unknown key \"heads\"", "expected d_model, num_heads"}},
+    {"UnknownBatchingKey",
+     R"({"d_model": 64, "num_heads": 4, "batching": {"max_delay": 5}})",
+     {"unknown key \"batching.max_delay\"", "max_queue_delay_us"}},
+    {"DModelString",
+     R"({"d_model": "64", "num_heads": 4})",
+     {"\"d_model\" must be an integer >= 1", "got \"64\""}},
+    {"DModelFloat", R"({"d_model": 64.5, "num_heads": 4})", {"\"d_model\"", "got 64.5"}},
+    {"DModelZero", R"({"d_model": 0, "num_heads": 4})", {"\"d_model\" must be", "got 0"}},
+    {"DModelHuge",
+     R"({"d_model": 18446744073709551615, "num_heads": 4})",
+     {"\"d_model\"", "18446744073709551615"}},
+    {"HeadsNegative", R"({"d_model": 64, "num_heads": -2})", {"\"num_heads\"", "got -2"}},
+    {"HeadsDoNotDivide", R"({"d_model": 64, "num_heads": 5})", {"num_heads", "5"}},
+    {"SingleHeadWithHeads",
+     R"({"d_model": 64, "num_heads": 4, "variant": "single_head"})",
+     {"num_heads"}},
+    {"BadVariant",
+     R"({"d_model": 64, "num_heads": 4, "variant": "multihead"})",
+     {"\"variant\" must be \"multi_head\" or \"single_head\"", "got \"multihead\""}},
+    {"BiasString",
+     R"({"d_model": 64, "num_heads": 4, "bias": "yes"})",
+     {"\"bias\" must be true or false", "got \"yes\""}},
+    {"DtypeF16",
+     R"({"d_model": 64, "num_heads": 4, "dtype": "f16"})",
+     {"\"dtype\" must be \"fp32\"", "got \"f16\""}},
+    {"MaxSequenceLengthZero",
+     R"({"d_model": 64, "num_heads": 4, "max_sequence_length": 0})",
+     {"\"max_sequence_length\"", "got 0"}},
+    {"BatchingNotObject",
+     R"({"d_model": 64, "num_heads": 4, "batching": 8})",
+     {"\"batching\" must be an object", "got 8"}},
+    {"QueueSizeZero",
+     R"({"d_model": 64, "num_heads": 4, "batching": {"max_queue_size": 0}})",
+     {"\"batching.max_queue_size\" must be an integer >= 1", "got 0"}},
+    {"DelayNegative",
+     R"({"d_model": 64, "num_heads": 4, "batching": {"max_queue_delay_us": -1}})",
+     {"\"batching.max_queue_delay_us\" must be an integer >= 0", "got -1"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(All, BadConfigTest, ::testing::ValuesIn(kBadConfigs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace attnserve::model
