@@ -99,7 +99,10 @@ absl::Status ModelRepository::Reload(std::string_view name) {
   absl::MutexLock load_lock(&load_mu_);
   std::error_code ec;
   const std::filesystem::path folder = options_.root / std::string(name);
-  if (!std::filesystem::exists(std::filesystem::symlink_status(folder, ec))) {
+  // Only what Poll() would list (a folder, or a symlink that loading follows): a plain file is
+  // no model folder, and must not become a failed model until the next Poll() unloads it.
+  const std::filesystem::file_status st = std::filesystem::symlink_status(folder, ec);
+  if (!std::filesystem::is_directory(st) && !std::filesystem::is_symlink(st)) {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(name);
     if (it != entries_.end() && it->second.embedded) {
