@@ -35,16 +35,12 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(
         absl::StrCat("model repository ", options.root.string(), ": ",
                      ec ? ec.message() : std::string("not a folder")));
   }
-  std::unique_ptr<ModelRepository> repo(new ModelRepository(options));
   const bool demo = options.demo_model == DemoModelPolicy::kAlways ||
                     (options.demo_model == DemoModelPolicy::kWhenNoRepository && root_missing);
+  std::unique_ptr<ModelRepository> repo(new ModelRepository(options, demo));
   if (demo) {
-    absl::StatusOr<std::shared_ptr<const Model>> model = DemoModel();
     absl::MutexLock lock(&repo->mu_);
-    Entry& entry = repo->entries_[kDemoModelName];
-    entry.embedded = true;
-    if (model.ok()) entry.serving = *model;
-    entry.last_error = model.status();
+    repo->entries_[kDemoModelName] = EmbeddedDemoEntry();
   }
   absl::StatusOr<std::vector<std::string>> names = repo->ScanNames();
   if (!names.ok()) return names.status();
@@ -133,13 +129,31 @@ std::vector<ModelEvent> ModelRepository::Poll() {
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [name, entry] : known) {
-    if (entry.embedded || std::binary_search(names->begin(), names->end(), name)) continue;
+    if (std::binary_search(names->begin(), names->end(), name)) continue;
+    if (name == kDemoModelName && serves_embedded_demo_) {
+      // The folder that replaced the embedded demo (or failed to) is gone: back to the embedded
+      // one, without the folder's error.
+      if (entry.embedded && entry.fingerprint == Fingerprint{}) continue;  // Never replaced.
+      entries_[name] = EmbeddedDemoEntry();
+      if (!entry.embedded)
+        events.push_back({ModelEvent::Kind::kReloaded, name, 1, absl::OkStatus()});
+      continue;
+    }
     entries_.erase(name);
     events.push_back({ModelEvent::Kind::kUnloaded, name, 0, absl::OkStatus()});
   }
   std::sort(events.begin(), events.end(),
             [](const ModelEvent& a, const ModelEvent& b) { return a.name < b.name; });
   return events;
+}
+
+ModelRepository::Entry ModelRepository::EmbeddedDemoEntry() {
+  Entry entry;
+  entry.embedded = true;
+  absl::StatusOr<std::shared_ptr<const Model>> model = DemoModel();
+  if (model.ok()) entry.serving = *model;
+  entry.last_error = model.status();
+  return entry;
 }
 
 absl::StatusOr<std::vector<std::string>> ModelRepository::ScanNames() const {

@@ -29,7 +29,8 @@
 namespace attnserve::model {
 
 // When the embedded `demo` model (model.h) is served. A folder named "demo" in the repository
-// always takes its place.
+// takes its place while the folder exists; when Poll() finds it gone, the embedded one serves
+// again.
 enum class DemoModelPolicy {
   kWhenNoRepository,  // Only when the repository folder does not exist (the default).
   kAlways,
@@ -110,7 +111,11 @@ class ModelRepository {
     bool embedded = false;
   };
 
-  explicit ModelRepository(ModelRepositoryOptions options) : options_(std::move(options)) {}
+  ModelRepository(ModelRepositoryOptions options, bool serves_embedded_demo)
+      : options_(std::move(options)), serves_embedded_demo_(serves_embedded_demo) {}
+
+  // The embedded demo model's entry (with DemoModel()'s error if it cannot be built).
+  static Entry EmbeddedDemoEntry();
 
   // Model folder names under root, sorted; an error when root cannot be listed.
   absl::StatusOr<std::vector<std::string>> ScanNames() const;
@@ -119,6 +124,8 @@ class ModelRepository {
   ModelEvent LoadAndSwap(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
 
   const ModelRepositoryOptions options_;
+  // Whether the policy serves the embedded demo; a "demo" folder replaces it while it exists.
+  const bool serves_embedded_demo_;
   absl::Mutex load_mu_;  // Serializes loading (Reload, Poll): one load at a time.
   mutable absl::Mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);

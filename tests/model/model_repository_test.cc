@@ -288,6 +288,44 @@ TEST_F(ModelRepositoryTest, FolderNamedDemoReplacesTheEmbeddedOne) {
   EXPECT_EQ((*demo)->source, (root() / "demo").string());
 }
 
+TEST_F(ModelRepositoryTest, EmbeddedDemoServesAgainWhenTheDemoFolderIsRemoved) {
+  const ModelConfig config = SmallConfig(32, 4);
+  ASSERT_TRUE(WriteModel(root() / "demo", 7, config).ok());
+  std::unique_ptr<ModelRepository> repo = OpenRepository(DemoModelPolicy::kAlways);
+  ASSERT_NE(repo, nullptr);
+  std::shared_ptr<const Model> folder_demo = *repo->Get("demo");
+  EXPECT_EQ(folder_demo->config.attention.d_model, 32);
+
+  std::filesystem::remove_all(root() / "demo");
+  std::vector<ModelEvent> events = repo->Poll();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, ModelEvent::Kind::kReloaded);
+  EXPECT_EQ(events[0].name, "demo");
+  absl::StatusOr<std::shared_ptr<const Model>> demo = repo->Get("demo");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ((*demo)->source, "embedded");
+  EXPECT_EQ((*demo)->config.attention.d_model, 512);
+  EXPECT_EQ(folder_demo->config.attention.d_model, 32) << "holders keep their version";
+  EXPECT_THAT(repo->Poll(), IsEmpty());
+}
+
+TEST_F(ModelRepositoryTest, RemovingABrokenDemoFolderClearsItsError) {
+  ASSERT_TRUE(std::filesystem::create_directories(root() / "demo"));
+  std::unique_ptr<ModelRepository> repo = OpenRepository(DemoModelPolicy::kAlways);
+  ASSERT_NE(repo, nullptr);
+  std::vector<ModelState> states = repo->States();
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0].serving->source, "embedded") << "the embedded demo keeps serving";
+  EXPECT_FALSE(states[0].last_error.ok());
+
+  std::filesystem::remove_all(root() / "demo");
+  EXPECT_THAT(repo->Poll(), IsEmpty()) << "what serves did not change";
+  states = repo->States();
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_TRUE(states[0].last_error.ok()) << states[0].last_error;
+  EXPECT_EQ(states[0].serving->source, "embedded");
+}
+
 TEST_F(ModelRepositoryTest, RootThatIsAFileIsInvalidArgument) {
   const std::filesystem::path file = temp_.path() / "not-a-folder";
   WriteTextFile(file, "plain file");
