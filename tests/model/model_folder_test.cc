@@ -1,7 +1,6 @@
 // Model folders: LoadModelFolder on good folders and the embedded demo model, and every kind of
 // broken folder the issue lists — each gives its own clear error naming the file, and a repository
 // holding it keeps serving the other models.
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -22,11 +21,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/reference/reference_attention.h"
+#include "tests/support/temp_folder.h"
 
 namespace attnserve::model {
 namespace {
 
 namespace fs = std::filesystem;
+using ::attnserve::testing::TempFolder;
 using ::testing::HasSubstr;
 
 constexpr int64_t kD = 16;
@@ -36,23 +37,6 @@ ModelConfig SmallConfig() {
   config.attention = {.d_model = kD, .num_heads = 2, .bias = true};
   return config;
 }
-
-// A fresh temporary repository folder, removed afterwards.
-class TempRepository {
- public:
-  TempRepository() {
-    std::string pattern = (fs::path(::testing::TempDir()) / "attnserve_repo_XXXXXX").string();
-    root_ = mkdtemp(pattern.data());
-  }
-  ~TempRepository() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  const fs::path& root() const { return root_; }
-
- private:
-  fs::path root_;
-};
 
 void WriteGood(const fs::path& folder, const ModelConfig& config = SmallConfig()) {
   ASSERT_TRUE(WriteModelFolder(folder, config, core::MakeRandomWeights(config.attention, 3),
@@ -226,9 +210,9 @@ class BrokenFolderTest : public ::testing::TestWithParam<BrokenFolder> {};
 
 TEST_P(BrokenFolderTest, GivesItsOwnErrorAndTheRepositoryServesTheOthers) {
   const BrokenFolder& c = GetParam();
-  TempRepository repo;
-  WriteGood(repo.root() / "good");
-  const fs::path broken = repo.root() / "broken";
+  TempFolder repo;
+  WriteGood(repo.path() / "good");
+  const fs::path broken = repo.path() / "broken";
   WriteGood(broken);
   c.breaks(broken);
   if (HasFatalFailure()) return;
@@ -241,7 +225,7 @@ TEST_P(BrokenFolderTest, GivesItsOwnErrorAndTheRepositoryServesTheOthers) {
   for (const std::string& fragment : c.fragments) EXPECT_THAT(message, HasSubstr(fragment));
 
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
-      ModelRepository::Open({.root = repo.root()});
+      ModelRepository::Open({.root = repo.path()});
   ASSERT_TRUE(repository.ok()) << repository.status();
   absl::StatusOr<std::shared_ptr<const Model>> good = (*repository)->Get("good");
   ASSERT_TRUE(good.ok()) << good.status();
@@ -286,7 +270,7 @@ core::AttentionWeights RoundedTo(core::AttentionWeights w, TensorDtype dtype) {
 }
 
 TEST(ModelFolderTest, LoadsEveryNamingDtypeAndVariant) {
-  TempRepository repo;
+  TempFolder repo;
   for (bool single_head : {false, true}) {
     ModelConfig config = SmallConfig();
     if (single_head) {
@@ -299,8 +283,8 @@ TEST(ModelFolderTest, LoadsEveryNamingDtypeAndVariant) {
         const std::string name = std::string(NamingName(naming)) + "_" +
                                  std::string(DtypeName(dtype)) + (single_head ? "_single" : "");
         SCOPED_TRACE(name);
-        ASSERT_TRUE(WriteModelFolder(repo.root() / name, config, weights, naming, dtype).ok());
-        absl::StatusOr<std::shared_ptr<const Model>> model = LoadModelFolder(repo.root() / name);
+        ASSERT_TRUE(WriteModelFolder(repo.path() / name, config, weights, naming, dtype).ok());
+        absl::StatusOr<std::shared_ptr<const Model>> model = LoadModelFolder(repo.path() / name);
         ASSERT_TRUE(model.ok()) << model.status();
         EXPECT_EQ((*model)->name, name);
         EXPECT_EQ((*model)->weight_naming, NamingName(naming));
@@ -314,10 +298,10 @@ TEST(ModelFolderTest, LoadsEveryNamingDtypeAndVariant) {
 }
 
 TEST(ModelFolderTest, TrailingSlashKeepsTheFolderName) {
-  TempRepository repo;
-  WriteGood(repo.root() / "m");
+  TempFolder repo;
+  WriteGood(repo.path() / "m");
   absl::StatusOr<std::shared_ptr<const Model>> model =
-      LoadModelFolder((repo.root() / "m").string() + "/");
+      LoadModelFolder((repo.path() / "m").string() + "/");
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->name, "m");
 }

@@ -7,7 +7,6 @@
 #include "core/model/model_repository.h"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -39,6 +38,7 @@
 #include "core/model/weight_naming.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_folder.h"
 
 namespace attnserve::model {
 namespace {
@@ -48,29 +48,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-// A fresh folder under ::testing::TempDir(), removed with its contents on destruction.
-class TempFolder {
- public:
-  TempFolder() {
-    std::string pattern =
-        (std::filesystem::path(::testing::TempDir()) / "model_repository_test.XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp(" << pattern << ") failed";
-    }
-    path_ = pattern;
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempFolder(const TempFolder&) = delete;
-  TempFolder& operator=(const TempFolder&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using ::attnserve::testing::TempFolder;
 
 ModelConfig SmallConfig(int64_t d_model = 16, int64_t num_heads = 2) {
   ModelConfig config;

@@ -3,8 +3,6 @@
 // sleeps: the tests wait for callbacks on a condition with a bounded timeout.
 #include "core/model/repository_poller.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -37,6 +35,7 @@
 #include "core/model/weight_naming.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_folder.h"
 
 namespace attnserve::model {
 namespace {
@@ -47,29 +46,7 @@ using ::testing::IsEmpty;
 // How long a test waits for the poller (polling every 5 ms) before giving up.
 constexpr absl::Duration kTimeout = absl::Seconds(10);
 
-// A fresh folder under ::testing::TempDir(), removed with its contents on destruction.
-class TempFolder {
- public:
-  TempFolder() {
-    std::string pattern =
-        (std::filesystem::path(::testing::TempDir()) / "repository_poller_test.XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp(" << pattern << ") failed";
-    }
-    path_ = pattern;
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempFolder(const TempFolder&) = delete;
-  TempFolder& operator=(const TempFolder&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using ::attnserve::testing::TempFolder;
 
 ModelConfig SmallConfig() {
   ModelConfig config;

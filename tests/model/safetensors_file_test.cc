@@ -24,6 +24,7 @@
 #include "core/model/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_folder.h"
 
 namespace attnserve::model {
 namespace {
@@ -78,16 +79,6 @@ void ExpectInvalid(const absl::Status& status, const std::vector<std::string>& f
 // A fresh folder per test, removed afterwards.
 class SafetensorsFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "safetensors_test.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-
   fs::path WriteRaw(const std::string& name, std::string_view contents) {
     const fs::path path = dir_ / name;
     std::ofstream out(path, std::ios::binary);
@@ -103,7 +94,8 @@ class SafetensorsFileTest : public ::testing::Test {
     return names;
   }
 
-  fs::path dir_;
+  attnserve::testing::TempFolder temp_{"safetensors_test"};
+  const fs::path& dir_ = temp_.path();
 };
 
 using MappedFileTest = SafetensorsFileTest;

@@ -2,8 +2,6 @@
 // generator's weights, check and list print what the server would load or the precise error.
 #include "tools/model_commands.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +13,7 @@
 #include "core/model/weight_naming.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/temp_folder.h"
 
 namespace attnserve::tools {
 namespace {
@@ -25,12 +24,6 @@ using ::testing::Not;
 
 class ModelCommandsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "attnserve_tools_XXXXXX").string();
-    root_ = mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   GenerateOptions Options(const std::string& name) {
     GenerateOptions o;
     o.repository = root_;
@@ -40,7 +33,8 @@ class ModelCommandsTest : public ::testing::Test {
     return o;
   }
 
-  fs::path root_;
+  attnserve::testing::TempFolder temp_;
+  const fs::path& root_ = temp_.path();
 };
 
 TEST_F(ModelCommandsTest, GenerateWritesAFolderThatLoadsToTheGeneratorsWeights) {
