@@ -82,7 +82,7 @@ absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out) 
   out << absl::StrFormat("  %-20s %-5s %-14s %12s\n", "tensor", "dtype", "shape", "bytes");
   for (const model::TensorView& t : file->index().tensors) {
     out << absl::StrFormat("  %-20s %-5s %-14s %12d\n", t.name, std::string(DtypeName(t.dtype)),
-                           absl::StrCat("[", absl::StrJoin(t.shape, ", "), "]"), t.bytes.size());
+                           model::FormatShape(t.shape), t.bytes.size());
   }
   return absl::OkStatus();
 }

@@ -69,10 +69,6 @@ std::string Quoted(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
 // How every message names a tensor: tensor "W_Q".
 std::string TensorLabel(absl::string_view name) { return absl::StrCat("tensor ", Quoted(name)); }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // A JSON value for an error message, shortened so a huge bad value cannot flood the log. Never
 // throws: the replace handler substitutes invalid UTF-8 instead of raising type_error.
 std::string JsonText(const Json& value) {
@@ -292,7 +288,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ParseOffsets(absl::string_view name,
 absl::Status CheckByteCount(const ParsedEntry& entry) {
   const TensorView& view = entry.view;
   const std::string what =
-      absl::StrCat("shape ", ShapeText(view.shape), " × ", AbslView(DtypeName(view.dtype)));
+      absl::StrCat("shape ", FormatShape(view.shape), " × ", AbslView(DtypeName(view.dtype)));
   const int64_t span = entry.end - entry.begin;
   const std::optional<int64_t> elements = CheckedProduct(view.shape);
   int64_t needed = 0;
@@ -457,7 +453,7 @@ absl::StatusOr<std::vector<float>> ReadFloat32(const TensorView& tensor) {
   const size_t expected_bytes = count * static_cast<size_t>(DtypeSize(tensor.dtype));
   if (tensor.bytes.size() != expected_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(TensorLabel(tensor.name), ": shape ", ShapeText(tensor.shape), " × ",
+        absl::StrCat(TensorLabel(tensor.name), ": shape ", FormatShape(tensor.shape), " × ",
                      AbslView(DtypeName(tensor.dtype)), " needs ", expected_bytes,
                      " bytes, the view has ", tensor.bytes.size()));
   }
@@ -475,6 +471,10 @@ absl::StatusOr<std::vector<float>> ReadFloat32(const TensorView& tensor) {
     values[i] = is_half ? HalfToFloat(bits) : BFloat16ToFloat(bits);
   }
   return values;
+}
+
+std::string FormatShape(std::span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 }  // namespace attnserve::model

@@ -52,6 +52,9 @@ absl::StatusOr<TensorDtype> ParseDtype(std::string_view name);
 // Bytes per element.
 int64_t DtypeSize(TensorDtype dtype);
 
+// "[4, 4]": how every message shows a shape ("[]" for a scalar).
+std::string FormatShape(std::span<const int64_t> shape);
+
 // One tensor of a parsed file. `bytes` borrows the file image (little-endian, row-major).
 struct TensorView {
   std::string name;

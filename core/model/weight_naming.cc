@@ -20,10 +20,6 @@ constexpr std::array<std::string_view, 8> kSplitMarkers = {
     "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
     "v_proj.weight", "v_proj.bias", "o_proj.weight", "o_proj.bias"};
 
-std::string ShapeString(std::span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // The first marker of `markers` present in `index`, or empty.
 std::string_view FirstPresent(const SafetensorsIndex& index,
                               std::span<const std::string_view> markers) {
@@ -40,7 +36,7 @@ std::string MultiIndex(int64_t flat, std::span<const int64_t> shape) {
     index[i] = flat % shape[i];
     flat /= shape[i];
   }
-  return ShapeString(index);
+  return FormatShape(index);
 }
 
 // A short explanation for a tensor the config does not use.
@@ -65,8 +61,8 @@ absl::StatusOr<std::vector<float>> ReadChecked(const TensorView& tensor,
                                                const core::AttentionConfig& config) {
   if (tensor.shape != expected.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor \"", tensor.name, "\" has shape ", ShapeString(tensor.shape), ", expected ",
-        ShapeString(expected.shape), " (d_model ", config.d_model, " from config.json)"));
+        "tensor \"", tensor.name, "\" has shape ", FormatShape(tensor.shape), ", expected ",
+        FormatShape(expected.shape), " (d_model ", config.d_model, " from config.json)"));
   }
   absl::StatusOr<std::vector<float>> values = ReadFloat32(tensor);
   if (!values.ok()) return values.status();
@@ -195,7 +191,7 @@ absl::StatusOr<core::AttentionWeights> ReadWeights(const SafetensorsIndex& index
     const TensorView* t = index.Find(e.name);
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "missing tensor \"", e.name, "\" ", ShapeString(e.shape), " (",
+          "missing tensor \"", e.name, "\" ", FormatShape(e.shape), " (",
           std::string(NamingName(naming)), " naming, ",
           std::string(core::VariantName(config.variant)), config.bias ? " with bias)" : ")"));
     }
