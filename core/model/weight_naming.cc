@@ -181,8 +181,9 @@ absl::StatusOr<core::AttentionWeights> ReadWeights(const SafetensorsIndex& index
     const bool known = std::any_of(expected.begin(), expected.end(),
                                    [&](const ExpectedTensor& e) { return e.name == t.name; });
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected tensor \"", t.name, "\": ", WhyUnexpected(t.name, config, naming)));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected tensor \"", t.name, "\" ",
+                                                     FormatShape(t.shape), ": ",
+                                                     WhyUnexpected(t.name, config, naming)));
     }
   }
   // Values in ExpectedTensors() order.

@@ -231,7 +231,7 @@ TEST(WeightNamingTest, UnknownExtraTensorListsWhatTheNamingUses) {
   std::vector<NamedTensor> tensors = TensorsFor(config, WeightNaming::kSeed);
   tensors.push_back({"W_X", {4, 4}, std::vector<float>(16, 0.f)});
   absl::Status s = ReadError(tensors, config);
-  EXPECT_THAT(s.message(), HasSubstr("unexpected tensor \"W_X\""));
+  EXPECT_THAT(s.message(), HasSubstr("unexpected tensor \"W_X\" [4, 4]: "));
   EXPECT_THAT(s.message(), HasSubstr("seed naming for this config uses: W_Q, W_K, W_V, W_O"));
 }
 
