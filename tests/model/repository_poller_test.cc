@@ -5,14 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
-#include <limits>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -35,12 +31,12 @@
 #include "core/model/weight_naming.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/model/repository_test_support.h"
 #include "tests/support/temp_folder.h"
 
 namespace attnserve::model {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
 // How long a test waits for the poller (polling every 5 ms) before giving up.
@@ -48,53 +44,12 @@ constexpr absl::Duration kTimeout = absl::Seconds(10);
 
 using ::attnserve::testing::TempFolder;
 
-ModelConfig SmallConfig() {
-  ModelConfig config;
-  config.attention = {
-      .d_model = 16, .num_heads = 2, .variant = core::AttentionVariant::kMultiHead, .bias = true};
-  return config;
-}
-
-absl::Status WriteModel(const std::filesystem::path& folder, uint64_t seed) {
-  const ModelConfig config = SmallConfig();
-  return WriteModelFolder(folder, config, core::MakeRandomWeights(config.attention, seed),
-                          WeightNaming::kSeed, TensorDtype::kF32);
-}
-
-// What `layer` computes for two short deterministic sequences.
-absl::StatusOr<std::vector<float>> Compute(core::AttentionExecutor& executor,
-                                           const core::AttentionLayer& layer) {
-  const int64_t d_model = layer.config().d_model;
-  std::vector<float> data(5 * d_model);
-  for (size_t i = 0; i < data.size(); ++i) {
-    data[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 0.1));
-  }
-  const std::vector<int64_t> offsets = {0, 3, 5};
-  std::vector<float> output(data.size());
-  core::AttentionInputs in;
-  in.query = {.data = data, .offsets = offsets};
-  absl::Status status = executor.Forward(layer, in, {.output = output});
-  if (!status.ok()) return status;
-  return output;
-}
-
-absl::StatusOr<std::vector<float>> ExpectedOutput(uint64_t seed) {
-  const ModelConfig config = SmallConfig();
-  absl::StatusOr<std::shared_ptr<const core::AttentionLayer>> layer = core::AttentionLayer::Create(
-      config.attention, core::MakeRandomWeights(config.attention, seed));
-  if (!layer.ok()) return layer.status();
-  core::AttentionExecutor executor({.compute_threads = 1});
-  return Compute(executor, **layer);
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<float>::infinity();
-  float diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
-  return diff;
-}
-
-constexpr float kSame = 1e-5f;
+using ::attnserve::testing::Compute;
+using ::attnserve::testing::ExpectedOutput;
+using ::attnserve::testing::kSame;
+using ::attnserve::testing::MaxAbsDiff;
+using ::attnserve::testing::SmallConfig;
+using ::attnserve::testing::WriteModel;
 
 // Collects what the poller reports; lets the test thread wait for it.
 class EventLog {
@@ -217,7 +172,7 @@ TEST_F(RepositoryPollerTest, ReportsReloadsAndUnloads) {
   EXPECT_EQ((*before)->version, 1);
   core::AttentionExecutor executor({.compute_threads = 1});
   absl::StatusOr<std::vector<float>> output = Compute(executor, *(*before)->layer);
-  absl::StatusOr<std::vector<float>> expected = ExpectedOutput(1);
+  absl::StatusOr<std::vector<float>> expected = ExpectedOutput(SmallConfig(), 1);
   ASSERT_TRUE(output.ok()) << output.status();
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_LE(MaxAbsDiff(*output, *expected), kSame);
@@ -288,7 +243,7 @@ TEST_F(RepositoryPollerTest, ReadersSeeCompleteModelsWhileThePollerReloads) {
   constexpr int kSeeds = 6;
   std::vector<std::vector<float>> expected(kSeeds + 1);
   for (int seed = 1; seed <= kSeeds; ++seed) {
-    absl::StatusOr<std::vector<float>> output = ExpectedOutput(seed);
+    absl::StatusOr<std::vector<float>> output = ExpectedOutput(SmallConfig(), seed);
     ASSERT_TRUE(output.ok()) << output.status();
     expected[seed] = *std::move(output);
   }
