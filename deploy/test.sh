@@ -14,6 +14,10 @@ export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000
 ctest --test-dir "$build_dir" --output-on-failure -j 2 --timeout 600
 
 # Formatting is part of the contract: the repo's .clang-format (Google-based).
-mapfile -t sources < <(cd "$root" && git ls-files -co --exclude-standard -- '*.h' '*.cc')
+# $(...) in an assignment keeps git's failure fatal under set -e (a process substitution would
+# not), and clang-format given no files would read stdin: an empty list is an error.
+listed=$(cd "$root" && git -c safe.directory="$root" ls-files -co --exclude-standard -- '*.h' '*.cc')
+[ -n "$listed" ] || { echo "test.sh: git listed no *.h/*.cc files under $root" >&2; exit 1; }
+mapfile -t sources <<<"$listed"
 (cd "$root" && clang-format --dry-run --Werror "${sources[@]}")
 echo "test.sh: clang-format clean (${#sources[@]} files); total $(($(date +%s) - start)) s"
