@@ -9,6 +9,7 @@
 
 #include "core/attention_weights.h"
 #include "core/model/model.h"
+#include "core/model/model_writer.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/weight_naming.h"
 #include "gmock/gmock.h"
@@ -68,6 +69,7 @@ TEST_F(ModelCommandsTest, GenerateWritesAFolderThatLoadsToTheGeneratorsWeights) 
   EXPECT_THAT(check.str(), HasSubstr("q_proj.weight"));
   EXPECT_THAT(check.str(), HasSubstr("[32, 32]"));
   EXPECT_THAT(check.str(), HasSubstr("out_proj.bias"));
+  EXPECT_THAT(check.str(), HasSubstr("trial forward (2 sequences, 12 rows): outputs finite"));
 }
 
 TEST_F(ModelCommandsTest, GenerateRefusesToOverwriteUnlessForced) {
@@ -109,6 +111,21 @@ TEST_F(ModelCommandsTest, CheckReturnsTheLoadError) {
   absl::Status s = CheckModel(root_ / "m", out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("config.json: \"bias\" must be true or false, got 1"));
+}
+
+TEST_F(ModelCommandsTest, CheckRunsTheModelAndReportsOverflow) {
+  // Finite weights whose outputs overflow fp32: the file is valid, the model is not usable.
+  model::ModelConfig config;
+  config.attention = {.d_model = 8, .num_heads = 2};
+  core::AttentionWeights weights = core::MakeRandomWeights(config.attention, 1);
+  for (float& w : weights.w_qkv) w = 3e38f;
+  ASSERT_TRUE(model::WriteModelFolder(root_ / "huge", config, weights, model::WeightNaming::kSeed,
+                                      model::TensorDtype::kF32)
+                  .ok());
+  std::ostringstream out;
+  absl::Status s = CheckModel(root_ / "huge", out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("trial forward pass failed"));
 }
 
 TEST_F(ModelCommandsTest, ListPrintsServingAndFailedModels) {
