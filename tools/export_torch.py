@@ -14,7 +14,6 @@ Runs with Debian's /usr/bin/python3 and python3-torch (1.13); nothing from PyPI.
 import argparse
 import json
 import os
-import pickle
 import struct
 import sys
 import tempfile
@@ -245,7 +244,13 @@ def mha_from_state_dict(state_dict, num_heads, prefix=""):
                               "(kdim/vdim != embed_dim), which attnserve does not support")
         raise ExportError(f"no {prefix}in_proj_weight in the state dict (keys: "
                           f"{', '.join(sorted(state_dict)[:8])}...)")
-    d_model = keys["in_proj_weight"].shape[1]
+    in_proj_weight = keys["in_proj_weight"]
+    if not isinstance(in_proj_weight, torch.Tensor) or in_proj_weight.dim() != 2:
+        found = (f"a {in_proj_weight.dim()}-D tensor of shape {list(in_proj_weight.shape)}"
+                 if isinstance(in_proj_weight, torch.Tensor) else type(in_proj_weight).__name__)
+        raise ExportError(f"{prefix}in_proj_weight must be a 2-D tensor [3 * d_model, d_model], "
+                          f"got {found}")
+    d_model = in_proj_weight.shape[1]
     if num_heads is None or num_heads < 1 or d_model % num_heads:
         raise ExportError(f"--heads must be given and divide d_model {d_model}, got {num_heads}")
     mha = torch.nn.MultiheadAttention(d_model, num_heads, bias="in_proj_bias" in keys,
@@ -262,8 +267,11 @@ def _load_state_dict(path):
     """torch.load with weights_only=True: a state dict file must not run code when loaded."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError) as e:
-        raise ExportError(f"cannot load {path} as a state dict (weights_only=True): {e}") from e
+    except OSError:
+        raise  # main() reports it as it is ("No such file or directory: ...").
+    except Exception as e:  # A corrupt file raises EOFError, KeyError, zipfile errors...
+        raise ExportError(f"cannot load {path} as a state dict (weights_only=True): "
+                          f"{type(e).__name__}: {e}") from e
 
 
 def _parse_args(argv):

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/json_text.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::model {
@@ -13,8 +14,9 @@ using nlohmann::json;
 
 // A short rendering of a JSON value for error messages.
 std::string Render(const json& value) {
-  // Replace invalid UTF-8 rather than throw: the text is only shown to the user.
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  // JsonPrefix, not dump(): it never throws and never recurses deeper than the text it returns,
+  // so a deeply nested value cannot overflow the stack.
+  std::string text = JsonPrefix(value, 40);
   if (text.size() > 40) text = text.substr(0, 37) + "...";
   return text;
 }
@@ -110,7 +112,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400.
     return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!root.is_object()) return BadValue("(top level)", "an object", root);

@@ -158,7 +158,14 @@ ModelRepository::Entry ModelRepository::EmbeddedDemoEntry() {
 
 absl::StatusOr<std::vector<std::string>> ModelRepository::ScanNames() const {
   std::error_code ec;
-  if (!std::filesystem::exists(options_.root, ec)) return std::vector<std::string>();
+  const bool root_exists = std::filesystem::exists(options_.root, ec);
+  // Only a root that is truly gone is empty: one that cannot be examined (a symlink loop, no
+  // permission, an I/O error) must not unload every model.
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model repository ", options_.root.string(), ": ", ec.message()));
+  }
+  if (!root_exists) return std::vector<std::string>();
   std::vector<std::string> names;
   std::filesystem::directory_iterator it(options_.root, ec);
   for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {

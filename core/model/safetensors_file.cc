@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "core/model/half_float.h"
+#include "core/model/json_text.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::model {
@@ -70,10 +71,10 @@ std::string Quoted(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
 std::string TensorLabel(absl::string_view name) { return absl::StrCat("tensor ", Quoted(name)); }
 
 // A JSON value for an error message, shortened so a huge bad value cannot flood the log. Never
-// throws: the replace handler substitutes invalid UTF-8 instead of raising type_error.
+// throws, and never recurses deeper than the shortened text (JsonPrefix), whatever the nesting.
 std::string JsonText(const Json& value) {
   constexpr size_t kMaxChars = 80;
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string text = JsonPrefix(value, kMaxChars);
   if (text.size() > kMaxChars) text = absl::StrCat(text.substr(0, kMaxChars), "...");
   return text;
 }

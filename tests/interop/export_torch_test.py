@@ -322,6 +322,30 @@ class CommandLineTest(unittest.TestCase):
         self.assertIn("must divide", stderr)
         self.assertFalse(os.path.exists(out))
 
+    def test_broken_state_dict_files_are_errors_not_tracebacks(self):
+        out = os.path.join(self.dir.name, "m")
+        empty = os.path.join(self.dir.name, "empty.pt")
+        open(empty, "wb").close()
+        text = os.path.join(self.dir.name, "text.pt")
+        with open(text, "w") as f:
+            f.write("hello world")
+        one_d = os.path.join(self.dir.name, "one_d.pt")
+        torch.save({"in_proj_weight": torch.zeros(12)}, one_d)
+        not_tensor = os.path.join(self.dir.name, "not_tensor.pt")
+        torch.save({"in_proj_weight": [1, 2, 3]}, not_tensor)  # weights_only allows int lists.
+        cases = [
+            (empty, "cannot load .*empty.pt as a state dict"),  # EOFError inside torch.load.
+            (text, "cannot load .*text.pt as a state dict"),  # KeyError inside torch.load.
+            (one_d, r"in_proj_weight must be a 2-D tensor .*got a 1-D tensor of shape \[12\]"),
+            (not_tensor, "in_proj_weight must be a 2-D tensor .*got list"),
+        ]
+        for path, message in cases:
+            with self.subTest(path=os.path.basename(path)):
+                code, _, stderr = self.run_main("--out", out, "--state-dict", path, "--heads", "2")
+                self.assertEqual(code, 1)
+                self.assertRegex(stderr, "export_torch.py: error: " + message)
+        self.assertFalse(os.path.exists(out))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -99,6 +99,10 @@ const BadConfig kBadConfigs[] = {
      {"\"d_model\" must be an integer >= 1", "got \"64\""}},
     {"DModelFloat", R"({"d_model": 64.5, "num_heads": 4})", {"\"d_model\"", "got 64.5"}},
     {"DModelZero", R"({"d_model": 0, "num_heads": 4})", {"\"d_model\" must be", "got 0"}},
+    // nlohmann reports a number out of double's range as out_of_range, not parse_error.
+    {"NumberOutOfRange",
+     R"({"d_model": 1e400, "num_heads": 4})",
+     {"not valid JSON", "number overflow parsing '1e400'"}},
     {"DModelHuge",
      R"({"d_model": 18446744073709551615, "num_heads": 4})",
      {"\"d_model\"", "18446744073709551615"}},
@@ -132,6 +136,22 @@ const BadConfig kBadConfigs[] = {
 
 INSTANTIATE_TEST_SUITE_P(All, BadConfigTest, ::testing::ValuesIn(kBadConfigs),
                          [](const auto& p) { return std::string(p.param.name); });
+
+// A deeply nested value: the message shows its start without recursing once per level (dump()
+// overflowed the stack here).
+TEST(ModelConfigTest, DeeplyNestedValuesAreRejectedWithoutOverflowingTheStack) {
+  constexpr size_t kDepth = 500'000;
+  const std::string nested = std::string(kDepth, '[') + std::string(kDepth, ']');
+  for (const std::string& text :
+       {nested, R"({"num_heads": 4, "d_model": )" + nested + "}",
+        R"({"d_model": 64, "num_heads": 4, "batching": {"max_queue_size": )" + nested + "}}"}) {
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("got [[[[[[[[[["));
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("..."));
+  }
+}
 
 }  // namespace
 }  // namespace attnserve::model

@@ -293,6 +293,23 @@ TEST_F(ModelRepositoryTest, PollAfterTheRootIsRemovedUnloadsEverything) {
   EXPECT_THAT(Names(repo->ServingModels()), ElementsAre("demo"));
 }
 
+// A root that exists but cannot be examined is an error, not an empty repository: a transient
+// failure (here a symlink loop; in production EACCES or EIO) must not unload every model.
+TEST_F(ModelRepositoryTest, PollOfARootThatCannotBeExaminedKeepsEveryModel) {
+  ASSERT_TRUE(WriteModel(root() / "a", 1).ok());
+  std::unique_ptr<ModelRepository> repo = OpenRepository();
+  ASSERT_NE(repo, nullptr);
+  std::filesystem::rename(root(), temp_.path() / "moved");
+  std::filesystem::create_symlink(root(), root());  // models -> models: ELOOP.
+  const std::vector<ModelEvent> events = repo->Poll();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, ModelEvent::Kind::kFailed);
+  EXPECT_EQ(events[0].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(events[0].status.message()),
+              HasSubstr("model repository " + root().string() + ": "));
+  EXPECT_THAT(Names(repo->ServingModels()), ElementsAre("a"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Concurrency
 

@@ -408,6 +408,22 @@ TEST_F(SafetensorsFileTest, RejectsMetadataThatIsNotStrings) {
                 {"\"__metadata__\" is a JSON array", "expected an object of strings"});
 }
 
+// A deeply nested value where a number, string or pair was expected: the error message shows
+// the start of it without recursing once per level (dump() overflowed the stack here).
+TEST_F(SafetensorsFileTest, RejectsDeeplyNestedValuesWithoutOverflowingTheStack) {
+  constexpr size_t kDepth = 500'000;
+  const std::string nested = std::string(kDepth, '[') + std::string(kDepth, ']');
+  ExpectInvalid(ParseStatus(Image("{" + Entry("w", "F32", "[" + nested + "]", "[0, 4]") + "}")),
+                {"tensor \"w\"", "shape[0] is [[[[", "...", "expected a non-negative integer"});
+  ExpectInvalid(ParseStatus(Image("{" + Entry("w", "F32", "[1]", nested) + "}")),
+                {"tensor \"w\"", "data_offsets is [[[[", "two integers"});
+  ExpectInvalid(ParseStatus(Image(R"({"w": {"dtype": )" + nested +
+                                  R"(, "shape": [1], "data_offsets": [0, 4]}})")),
+                {"tensor \"w\"", "dtype is a JSON array ([[[["});
+  ExpectInvalid(ParseStatus(Image(R"({"__metadata__": {"format": )" + nested + "}}")),
+                {"\"format\" is a array ([[[["});
+}
+
 // --- SafetensorsFile::Open -----------------------------------------------------------------------
 
 TEST_F(SafetensorsFileTest, OpenPrefixesErrorsWithThePath) {
