@@ -13,13 +13,7 @@ namespace {
 using nlohmann::json;
 
 // A short rendering of a JSON value for error messages.
-std::string Render(const json& value) {
-  // JsonPrefix, not dump(): it never throws and never recurses deeper than the text it returns,
-  // so a deeply nested value cannot overflow the stack.
-  std::string text = JsonPrefix(value, 40);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
+std::string Render(const json& value) { return JsonSnippet(value, 37); }
 
 absl::Status BadValue(const std::string& key, std::string_view expected, const json& value) {
   return absl::InvalidArgumentError(
@@ -109,12 +103,9 @@ absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& co
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400.
-    return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<json> parsed = ParseJson(json_text, "the file");
+  if (!parsed.ok()) return parsed.status();
+  const json& root = *parsed;
   if (!root.is_object()) return BadValue("(top level)", "an object", root);
   for (const char* required : {"d_model", "num_heads"}) {
     if (!root.contains(required)) {

@@ -4,10 +4,8 @@
 #include <array>
 #include <bit>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <optional>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -70,14 +68,8 @@ std::string Quoted(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
 // How every message names a tensor: tensor "W_Q".
 std::string TensorLabel(absl::string_view name) { return absl::StrCat("tensor ", Quoted(name)); }
 
-// A JSON value for an error message, shortened so a huge bad value cannot flood the log. Never
-// throws, and never recurses deeper than the shortened text (JsonPrefix), whatever the nesting.
-std::string JsonText(const Json& value) {
-  constexpr size_t kMaxChars = 80;
-  std::string text = JsonPrefix(value, kMaxChars);
-  if (text.size() > kMaxChars) text = absl::StrCat(text.substr(0, kMaxChars), "...");
-  return text;
-}
+// A JSON value for an error message, shortened so a huge bad value cannot flood the log.
+std::string JsonText(const Json& value) { return JsonSnippet(value, 80); }
 
 absl::Status TensorError(absl::string_view name, absl::string_view detail) {
   return absl::InvalidArgumentError(absl::StrCat(TensorLabel(name), ": ", detail));
@@ -101,61 +93,12 @@ struct ParsedEntry {
   int64_t end = 0;
 };
 
-// Records the first duplicate key while nlohmann builds the document: its objects silently keep
-// the last of two equal keys, which would hide a second tensor of the same name.
-class DuplicateKeyFinder {
- public:
-  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-        keys_.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-        if (!keys_.empty()) keys_.pop_back();
-        break;
-      case Json::parse_event_t::key:
-        OnKey(depth, parsed);
-        break;
-      default:
-        break;
-    }
-    return true;
-  }
-
-  const std::optional<std::string>& error() const { return error_; }
-
- private:
-  void OnKey(int depth, const Json& parsed) {
-    if (keys_.empty() || !parsed.is_string()) return;
-    const auto& key = parsed.get_ref<const std::string&>();
-    if (depth == 1) top_level_key_ = key;
-    if (keys_.back().insert(key).second || error_.has_value()) return;
-    if (depth != 1) {
-      error_ = absl::StrCat("duplicate key ", Quoted(key), " inside ", Quoted(top_level_key_));
-    } else if (key == kMetadataKey) {
-      error_ = absl::StrCat("duplicate ", Quoted(kMetadataKey));
-    } else {
-      error_ = absl::StrCat("duplicate tensor name ", Quoted(key));
-    }
-  }
-
-  std::vector<std::set<std::string>> keys_;  // One key set per open object.
-  std::string top_level_key_;
-  std::optional<std::string> error_;
-};
-
 absl::StatusOr<Json> ParseHeaderJson(const char* begin, const char* end) {
-  DuplicateKeyFinder finder;
-  Json header;
-  try {
-    header = Json::parse(begin, end, std::ref(finder));
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("header is not valid JSON: ", e.what()));
-  }
-  if (finder.error().has_value()) return absl::InvalidArgumentError(*finder.error());
-  if (!header.is_object()) {
+  absl::StatusOr<Json> header = ParseJson(std::string_view(begin, end - begin), "header");
+  if (!header.ok()) return header.status();
+  if (!header->is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("header is a JSON ", header.type_name(), ", expected an object"));
+        absl::StrCat("header is a JSON ", header->type_name(), ", expected an object"));
   }
   return header;
 }
