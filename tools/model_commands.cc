@@ -63,7 +63,9 @@ absl::Status GenerateModel(const GenerateOptions& options, std::ostream& out) {
   if (absl::Status s = CheckGenerateOptions(options); !s.ok()) return s;
   const std::filesystem::path folder = options.repository / options.name;
   std::error_code ec;
-  if (!options.overwrite && std::filesystem::exists(folder / model::kConfigFileName, ec)) {
+  const bool exists = std::filesystem::exists(folder / model::kConfigFileName, ec);
+  if (ec) return absl::InternalError(absl::StrCat(folder.string(), ": ", ec.message()));
+  if (exists && !options.overwrite) {
     return absl::AlreadyExistsError(
         absl::StrCat(folder.string(), " already holds a model; pass --force to replace it"));
   }
@@ -107,8 +109,9 @@ absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out) 
   }
   absl::StatusOr<absl::Duration> trial = TrialForward(m);
   if (!trial.ok()) {
-    return absl::Status(trial.status().code(),
-                        absl::StrCat("trial forward pass failed: ", trial.status().message()));
+    return absl::Status(
+        trial.status().code(),
+        absl::StrCat(folder.string(), ": trial forward pass failed: ", trial.status().message()));
   }
   out << absl::StrFormat(
       "  trial forward (2 sequences, 12 rows): outputs finite, %.1f ms with primitive creation\n",

@@ -89,7 +89,8 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesyst
 }
 
 bool IsValidModelName(std::string_view name) {
-  return !name.empty() && !name.starts_with('.') && name.find('/') == std::string_view::npos;
+  return !name.empty() && !name.starts_with('.') && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> DemoModel() {

@@ -38,8 +38,8 @@ struct Model {
   int64_t version = 1;
 };
 
-// Whether `name` can name a model folder: non-empty, no '/', not starting with '.' (such folders
-// are ignored by the repository).
+// Whether `name` can name a model folder: non-empty, no '/' or NUL, not starting with '.' (such
+// folders are ignored by the repository).
 bool IsValidModelName(std::string_view name);
 
 // Loads `folder` as a model named after the folder's last component. Errors name the file (and

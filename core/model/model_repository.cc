@@ -189,14 +189,16 @@ ModelRepository::Fingerprint ModelRepository::FingerprintOf(const std::string& n
     const std::string path = (options_.root / name / file).string();
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) {
-      fp.stats.insert(fp.stats.end(), {0, errno, 0, 0, 0});
+      fp.stats.insert(fp.stats.end(), {0, errno, 0, 0, 0, 0});
       continue;
     }
-    const int64_t mtime_ns =
-        static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    auto ns = [](const timespec& t) {
+      return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+    };
+    // ctime too: a chmod that makes an unreadable file readable changes nothing else.
     fp.stats.insert(fp.stats.end(),
-                    {1, static_cast<int64_t>(st.st_size), mtime_ns, static_cast<int64_t>(st.st_ino),
-                     static_cast<int64_t>(st.st_dev)});
+                    {1, static_cast<int64_t>(st.st_size), ns(st.st_mtim), ns(st.st_ctim),
+                     static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_dev)});
   }
   return fp;
 }

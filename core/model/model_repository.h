@@ -91,9 +91,9 @@ class ModelRepository {
   absl::Status Reload(std::string_view name);
 
   // Rescans root: loads new folders, reloads folders whose config.json or weights.safetensors
-  // changed (size, modification time or inode, following symlinks), and unloads models whose
-  // folder is gone. A failed load is retried only after its files change again. Returns what
-  // happened, in name order.
+  // changed (size, modification or status-change time, or inode; symlinks followed), and unloads
+  // models whose folder is gone. A failed load is retried only after its files change again.
+  // Returns what happened, in name order.
   std::vector<ModelEvent> Poll();
 
   const ModelRepositoryOptions& options() const { return options_; }
@@ -101,7 +101,7 @@ class ModelRepository {
  private:
   // Identifies the files one load read, to notice changes cheaply.
   struct Fingerprint {
-    std::vector<int64_t> stats;  // Per file: present, size, mtime (ns), inode, device.
+    std::vector<int64_t> stats;  // Per file: present, size, mtime, ctime (ns), inode, device.
     bool operator==(const Fingerprint&) const = default;
   };
   struct Entry {

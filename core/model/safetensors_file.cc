@@ -140,8 +140,8 @@ absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& val
   for (const auto& [key, item] : value.items()) {
     if (!item.is_string()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Quoted(kMetadataKey), " must map to strings, but ", Quoted(key), " is a ",
-                       item.type_name(), " (", JsonText(item), ")"));
+          absl::StrCat(Quoted(kMetadataKey), " must map to strings, but ", Quoted(key),
+                       " is a JSON ", item.type_name(), " (", JsonText(item), ")"));
     }
     metadata.emplace(key, item.get<std::string>());
   }

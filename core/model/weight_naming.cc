@@ -41,7 +41,7 @@ std::string MultiIndex(int64_t flat, std::span<const int64_t> shape) {
 
 // A short explanation for a tensor the config does not use.
 std::string WhyUnexpected(std::string_view name, const core::AttentionConfig& config,
-                          WeightNaming naming) {
+                          WeightNaming naming, const std::vector<ExpectedTensor>& expected) {
   const bool is_bias = name.starts_with("b_") || name.ends_with("bias");
   if (is_bias && !config.bias) return "config.json has \"bias\": false";
   const bool is_output = name == "W_O" || name == "b_O" || name.starts_with("out_proj.") ||
@@ -50,7 +50,7 @@ std::string WhyUnexpected(std::string_view name, const core::AttentionConfig& co
     return "the single_head variant has no output projection";
   }
   std::vector<std::string> names;
-  for (const ExpectedTensor& t : ExpectedTensors(config, naming)) names.push_back(t.name);
+  for (const ExpectedTensor& t : expected) names.push_back(t.name);
   return absl::StrCat(std::string(NamingName(naming)),
                       " naming for this config uses: ", absl::StrJoin(names, ", "));
 }
@@ -181,9 +181,9 @@ absl::StatusOr<core::AttentionWeights> ReadWeights(const SafetensorsIndex& index
     const bool known = std::any_of(expected.begin(), expected.end(),
                                    [&](const ExpectedTensor& e) { return e.name == t.name; });
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected tensor \"", t.name, "\" ",
-                                                     FormatShape(t.shape), ": ",
-                                                     WhyUnexpected(t.name, config, naming)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected tensor \"", t.name, "\" ", FormatShape(t.shape), ": ",
+                       WhyUnexpected(t.name, config, naming, expected)));
     }
   }
   // Values in ExpectedTensors() order.

@@ -123,6 +123,33 @@ TEST_F(ModelRepositoryTest, PollNoticesAFileReplacedWithTheSameContents) {
   EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m reloaded v2"));
 }
 
+TEST_F(ModelRepositoryTest, PollNoticesAPermissionChange) {
+  // A chmod changes only the status-change time: the fix for an unreadable file must be seen.
+  ASSERT_TRUE(WriteModel(root() / "m", 1).ok());
+  std::unique_ptr<ModelRepository> repo = OpenRepository();
+  ASSERT_NE(repo, nullptr);
+  const std::filesystem::path weights = root() / "m" / kWeightsFileName;
+  struct stat before {};
+  ASSERT_EQ(stat(weights.c_str(), &before), 0);
+  // The kernel stamps ctime from a coarse clock (a few ms): chmod until the stamp moves on, as it
+  // would for a fix made by hand (bounded; no sleeping).
+  struct stat after = before;
+  for (int i = 0; i < 1'000'000 && after.st_ctim.tv_sec == before.st_ctim.tv_sec &&
+                  after.st_ctim.tv_nsec == before.st_ctim.tv_nsec;
+       ++i) {
+    std::filesystem::permissions(
+        weights,
+        i % 2 == 0 ? std::filesystem::perms::owner_read
+                   : std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+        std::filesystem::perm_options::replace);
+    ASSERT_EQ(stat(weights.c_str(), &after), 0);
+  }
+  ASSERT_NE(after.st_ctim.tv_nsec, before.st_ctim.tv_nsec) << "the ctime clock never ticked";
+  ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  ASSERT_EQ(after.st_ino, before.st_ino);
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m reloaded v2"));
+}
+
 TEST_F(ModelRepositoryTest, PollNoticesANewInodeWithTheSameSizeAndModificationTime) {
   const ModelConfig config = SmallConfig();
   ASSERT_TRUE(WriteModel(root() / "m", 1, config).ok());

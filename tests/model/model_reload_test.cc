@@ -214,7 +214,8 @@ TEST_F(ModelRepositoryTest, ReloadRejectsInvalidNames) {
   ASSERT_TRUE(WriteModel(root() / ".x", 1).ok());
   std::unique_ptr<ModelRepository> repo = OpenRepository();
   ASSERT_NE(repo, nullptr);
-  for (const char* name : {"", "a/b", ".x", "..", "m/"}) {
+  using std::string_view_literals::operator""sv;
+  for (std::string_view name : {""sv, "a/b"sv, ".x"sv, ".."sv, "m/"sv, "m\0x"sv}) {
     const absl::Status status = repo->Reload(name);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << "name \"" << name << "\"";
   }

@@ -403,7 +403,7 @@ TEST_F(SafetensorsFileTest, RejectsTrailingGarbage) {
 
 TEST_F(SafetensorsFileTest, RejectsMetadataThatIsNotStrings) {
   ExpectInvalid(ParseStatus(Image(R"({"__metadata__": {"format": "pt", "step": 1}})")),
-                {"\"__metadata__\" must map to strings", "\"step\" is a number (1)"});
+                {"\"__metadata__\" must map to strings", "\"step\" is a JSON number (1)"});
   ExpectInvalid(ParseStatus(Image(R"({"__metadata__": ["pt"]})")),
                 {"\"__metadata__\" is a JSON array", "expected an object of strings"});
 }

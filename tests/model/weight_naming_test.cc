@@ -160,6 +160,17 @@ TEST(WeightNamingTest, SplitNamingAcceptsOProjAlias) {
   EXPECT_EQ(w->w_o, core::MakeRandomWeights(config, 7).w_o);
 }
 
+TEST(WeightNamingTest, UnexpectedTensorHintFollowsTheOProjAlias) {
+  const core::AttentionConfig config = Config(8, 2, false, false);
+  std::vector<NamedTensor> tensors = TensorsFor(config, WeightNaming::kSplit);
+  for (NamedTensor& t : tensors) {
+    if (t.name.starts_with("out_proj.")) t.name.replace(0, 3, "o");
+  }
+  tensors.push_back({"x_proj.weight", {8, 8}, std::vector<float>(64, 0.f)});
+  absl::Status s = ReadError(tensors, config);
+  EXPECT_THAT(s.message(), HasSubstr("q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight"));
+}
+
 TEST(WeightNamingTest, SixteenBitFilesConvertAtLoad) {
   const core::AttentionConfig config = Config(16, 2, false, true);
   // Values exactly representable in both formats survive unchanged.
