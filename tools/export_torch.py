@@ -23,6 +23,8 @@ import torch
 CONFIG_FILE_NAME = "config.json"
 WEIGHTS_FILE_NAME = "weights.safetensors"
 NAMINGS = ("torch", "split")
+# attnserve's AttentionConfig accepts d_model up to this (core/attention_config.cc).
+MAX_D_MODEL = 65536
 
 # File dtype option -> (torch dtype, safetensors dtype name).
 FILE_DTYPES = {
@@ -193,8 +195,11 @@ def _convert(tensors, dtype):
     torch_dtype, _ = FILE_DTYPES[dtype]
     converted = {}
     for name, tensor in tensors.items():
-        if not torch.isfinite(tensor).all():
-            raise ExportError(f"tensor {name} holds a non-finite value")
+        bad = (~torch.isfinite(tensor)).nonzero()
+        if len(bad):
+            index = tuple(bad[0].tolist())
+            raise ExportError(f"tensor {name} element {list(index)} is {tensor[index].item()}; "
+                              "weights must be finite")
         value = tensor.to(torch_dtype).contiguous()
         if not torch.isfinite(value.float()).all():
             raise ExportError(f"tensor {name} overflows {dtype} (largest |value| "
@@ -211,6 +216,10 @@ def export_mha(mha, folder, naming="torch", dtype="f32"):
     round every weight to nearest even; attnserve computes in fp32 from the rounded values.
     """
     validate_mha(mha)
+    model_name = os.path.basename(os.path.normpath(folder))
+    if not model_name or model_name.startswith(".") or model_name == os.sep:
+        raise ExportError(f"model folder {folder!r}: the folder name is the model name and must "
+                          "not be empty or start with '.' (the server ignores such folders)")
     tensors = _convert(mha_tensors(mha, naming), dtype)
     config = {
         "d_model": mha.embed_dim,
@@ -313,7 +322,9 @@ def main(argv=None):
             mha = mha_from_state_dict(state_dict, args.heads, args.prefix)
         else:
             heads = 8 if args.heads is None else args.heads
-            if args.d_model < 1 or heads < 1 or args.d_model % heads:
+            if not 1 <= args.d_model <= MAX_D_MODEL:
+                raise ExportError(f"--d-model must be in 1..{MAX_D_MODEL}, got {args.d_model}")
+            if heads < 1 or args.d_model % heads:
                 raise ExportError(f"--heads ({heads}) must divide --d-model ({args.d_model})")
             torch.manual_seed(args.seed)
             mha = torch.nn.MultiheadAttention(args.d_model, heads, bias=args.bias,

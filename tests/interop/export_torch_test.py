@@ -245,9 +245,13 @@ class ExportMhaTest(unittest.TestCase):
         with self.assertRaisesRegex(export_torch.ExportError, "out_proj.weight overflows f16"):
             export_torch.export_mha(mha, self.folder, dtype="f16")
         with torch.no_grad():
-            mha.out_proj.weight[0, 0] = float("nan")
-        with self.assertRaisesRegex(export_torch.ExportError, "out_proj.weight holds a non-fin"):
+            mha.out_proj.weight[0, 0] = 0.5
+            mha.out_proj.weight[3, 1] = float("nan")
+        with self.assertRaisesRegex(export_torch.ExportError,
+                                    r"out_proj.weight element \[3, 1\] is nan; weights must be"):
             export_torch.export_mha(mha, self.folder)
+        with self.assertRaisesRegex(export_torch.ExportError, "must not be empty or start with '.'"):
+            export_torch.export_mha(random_mha(), os.path.join(self.dir.name, ".hidden"))
         with self.assertRaisesRegex(export_torch.ExportError, "naming must be one of"):
             export_torch.export_mha(random_mha(), self.folder, naming="seed")
         with self.assertRaisesRegex(export_torch.ExportError, "dtype must be one of"):
@@ -320,6 +324,9 @@ class CommandLineTest(unittest.TestCase):
         code, _, stderr = self.run_main("--out", out, "--d-model", "10", "--heads", "4")
         self.assertEqual(code, 1)
         self.assertIn("must divide", stderr)
+        code, _, stderr = self.run_main("--out", out, "--d-model", "70000", "--heads", "4")
+        self.assertEqual(code, 1)
+        self.assertIn("--d-model must be in 1..65536, got 70000", stderr)
         self.assertFalse(os.path.exists(out))
 
     def test_broken_state_dict_files_are_errors_not_tracebacks(self):
