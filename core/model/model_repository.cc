@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(
   absl::StatusOr<std::vector<std::string>> names = repo->ScanNames();
   if (!names.ok()) return names.status();
   absl::MutexLock load_lock(&repo->load_mu_);
-  for (const std::string& name : *names) repo->LoadAndSwap(name);
+  for (const std::string& name : *names) repo->LoadAndSwap(name, repo->FingerprintOf(name));
   return repo;
 }
 
@@ -107,7 +107,8 @@ absl::Status ModelRepository::Reload(std::string_view name) {
     }
     return absl::NotFoundError(absl::StrCat(folder.string(), ": no such model folder"));
   }
-  return LoadAndSwap(std::string(name)).status;
+  const std::string key(name);
+  return LoadAndSwap(key, FingerprintOf(key)).status;
 }
 
 std::vector<ModelEvent> ModelRepository::Poll() {
@@ -123,8 +124,9 @@ std::vector<ModelEvent> ModelRepository::Poll() {
   std::vector<ModelEvent> events;
   for (const std::string& name : *names) {
     auto it = known.find(name);
-    if (it == known.end() || it->second.fingerprint != FingerprintOf(name)) {
-      events.push_back(LoadAndSwap(name));
+    Fingerprint fingerprint = FingerprintOf(name);
+    if (it == known.end() || it->second.fingerprint != fingerprint) {
+      events.push_back(LoadAndSwap(name, std::move(fingerprint)));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -203,9 +205,7 @@ ModelRepository::Fingerprint ModelRepository::FingerprintOf(const std::string& n
   return fp;
 }
 
-ModelEvent ModelRepository::LoadAndSwap(const std::string& name) {
-  // Taken before reading, so that a change made during the load is seen by the next Poll().
-  Fingerprint fingerprint = FingerprintOf(name);
+ModelEvent ModelRepository::LoadAndSwap(const std::string& name, Fingerprint fingerprint) {
   absl::StatusOr<std::shared_ptr<const Model>> loaded = LoadModelFolder(options_.root / name);
 
   absl::MutexLock lock(&mu_);

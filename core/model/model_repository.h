@@ -120,8 +120,11 @@ class ModelRepository {
   // Model folder names under root, sorted; an error when root cannot be listed.
   absl::StatusOr<std::vector<std::string>> ScanNames() const;
   Fingerprint FingerprintOf(const std::string& name) const;
-  // Loads <root>/<name> (slow, outside mu_) and records the outcome; returns the event.
-  ModelEvent LoadAndSwap(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
+  // Loads <root>/<name> (slow, outside mu_) and records the outcome with `fingerprint`, which
+  // the caller takes before the load so that a change made during it is seen by the next Poll().
+  // Returns the event.
+  ModelEvent LoadAndSwap(const std::string& name, Fingerprint fingerprint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(load_mu_);
 
   const ModelRepositoryOptions options_;
   // Whether the policy serves the embedded demo; a "demo" folder replaces it while it exists.
