@@ -12,6 +12,8 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libabsl-dev
   # Model files and tools: config.json parsing, command lines.
   nlohmann-json3-dev libcli11-dev
+  # The gRPC server: gRPC 1.51 (with reflection), protobuf 3.21 and its compiler, spdlog 1.10.
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libspdlog-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
