@@ -1,0 +1,36 @@
+// BatchingOptions: how the batcher groups tasks into batches, and how much it queues.
+//
+// A plain value type; copy freely. Thread-safe as any const value.
+#ifndef ATTNSERVE_SERVER_BATCHING_BATCHING_OPTIONS_H_
+#define ATTNSERVE_SERVER_BATCHING_BATCHING_OPTIONS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace attnserve::batching {
+
+struct BatchingOptions {
+  // The most sequences in one batch (the sum of Task::sequences()). >= 1. A task with more is
+  // refused by Schedule.
+  int64_t max_batch_sequences = 64;
+  // The most tokens in one batch (the sum of Task::tokens()). >= 1. A task with more is refused
+  // by Schedule. 8192 rows of d_model=512 floats is 16 MiB of input per batch.
+  int64_t max_batch_tokens = 8192;
+  // The longest the oldest task of a batch waits for a fuller batch, in microseconds. >= 0;
+  // 0 runs every batch as soon as a thread is free (tasks still batch while threads are busy).
+  int64_t max_queue_delay_us = 1000;
+  // The most tasks (not sequences) waiting to join a batch. >= 1. Schedule refuses more with
+  // ResourceExhausted at once rather than let latency grow without bound.
+  int64_t max_queue_size = 1024;
+  // Threads that form and run batches; each runs one batch at a time. >= 1. Fixed when the
+  // batcher is built (UpdateOptions ignores it).
+  int num_batch_threads = 1;
+};
+
+// OK, or InvalidArgument naming the first bad field, what it expects and what it got.
+absl::Status ValidateBatchingOptions(const BatchingOptions& options);
+
+}  // namespace attnserve::batching
+
+#endif  // ATTNSERVE_SERVER_BATCHING_BATCHING_OPTIONS_H_
