@@ -1,0 +1,132 @@
+#include "server/attend_stream_reactor.h"
+
+#include <utility>
+
+#include "server/conversion.h"
+
+namespace attnserve::server {
+
+AttendStreamReactor::AttendStreamReactor(AttentionService* service,
+                                         grpc::CallbackServerContext* context)
+    : service_(service), context_(context) {
+  service_->RegisterStream(this);
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (service_->draining()) reads_done_ = true;
+    DecideLocked(&actions);
+  }
+  Perform(actions);
+}
+
+void AttendStreamReactor::OnReadDone(bool ok) {
+  Actions actions;
+  if (!ok) {  // The client half-closed, or the call is over.
+    absl::MutexLock lock(&mu_);
+    reading_ = false;
+    reads_done_ = true;
+    DecideLocked(&actions);
+  } else {
+    {
+      // Count the message before scheduling it: its answer may arrive before Submit returns.
+      absl::MutexLock lock(&mu_);
+      ++in_flight_;
+    }
+    absl::Status scheduled = service_->Submit(
+        request_, context_, [this](const AttendWork& work, absl::StatusOr<AttendResult> result) {
+          auto response = std::make_unique<v1::AttendResponse>();
+          absl::Status filled =
+              result.ok() ? FillAttendResponse(work, *result, response.get()) : result.status();
+          if (!filled.ok()) {
+            FillErrorResponse(work.model->name, work.request_id, filled, response.get());
+          }
+          OnAnswer(std::move(response));
+        });
+    absl::MutexLock lock(&mu_);
+    if (!scheduled.ok()) {
+      --in_flight_;
+      auto response = std::make_unique<v1::AttendResponse>();
+      FillErrorResponse(request_.model(), request_.request_id(), scheduled, response.get());
+      EnqueueLocked(std::move(response), &actions);
+    }
+    reading_ = false;
+    DecideLocked(&actions);
+  }
+  Perform(actions);
+}
+
+void AttendStreamReactor::OnAnswer(std::unique_ptr<v1::AttendResponse> response) {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+    EnqueueLocked(std::move(response), &actions);
+    DecideLocked(&actions);
+  }
+  Perform(actions);
+}
+
+void AttendStreamReactor::OnWriteDone(bool ok) {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    pending_.pop_front();
+    if (!ok) {
+      // The client is gone: answers still to come are dropped, the stream ends when they are in.
+      write_failed_ = true;
+      pending_.clear();
+    }
+    DecideLocked(&actions);
+  }
+  Perform(actions);
+}
+
+void AttendStreamReactor::OnDone() {
+  service_->UnregisterStream(this);
+  delete this;
+}
+
+bool AttendStreamReactor::PrepareDrain() {
+  Actions actions;
+  absl::MutexLock lock(&mu_);
+  reads_done_ = true;
+  DecideLocked(&actions);
+  // With reads done, the only thing left to decide is finishing: a pending answer is already
+  // being written by whoever queued it.
+  return actions.finish;
+}
+
+void AttendStreamReactor::FinishDrained() { Finish(grpc::Status::OK); }
+
+void AttendStreamReactor::EnqueueLocked(std::unique_ptr<v1::AttendResponse> response,
+                                        Actions* actions) {
+  if (write_failed_ || finished_) return;
+  pending_.push_back(std::move(response));
+  DecideLocked(actions);
+}
+
+void AttendStreamReactor::DecideLocked(Actions* actions) {
+  if (finished_) return;
+  if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream) {
+    reading_ = true;
+    actions->read = true;
+  }
+  if (!writing_ && !pending_.empty()) {
+    writing_ = true;
+    actions->write = pending_.front().get();
+  }
+  if (reads_done_ && in_flight_ == 0 && pending_.empty() && !writing_) {
+    finished_ = true;
+    actions->finish = true;
+  }
+}
+
+void AttendStreamReactor::Perform(const Actions& actions) {
+  // No member may be touched after Finish: OnDone may delete the reactor at once.
+  if (actions.write != nullptr) StartWrite(actions.write);
+  if (actions.read) StartRead(&request_);
+  if (actions.finish) Finish(grpc::Status::OK);
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,139 @@
+#include "server/attention_service.h"
+
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "server/attend_stream_reactor.h"
+#include "server/conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+namespace {
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+AttentionService::AttentionService(ModelRouter* router, batching::Clock* clock)
+    : router_(router), clock_(clock) {}
+
+AttentionService::~AttentionService() = default;
+
+int64_t AttentionService::DeadlineMicros(const grpc::CallbackServerContext& context) const {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(
+      deadline - std::chrono::system_clock::now());
+  return clock_->NowMicros() + remaining.count();
+}
+
+absl::Status AttentionService::Submit(const v1::AttendRequest& request,
+                                      grpc::CallbackServerContext* context,
+                                      AttendTask::DoneCallback done) {
+  if (draining()) {
+    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+  }
+  absl::StatusOr<ModelRoute> route = router_->Route(request.model());
+  if (!route.ok()) return route.status();
+  absl::StatusOr<AttendWork> work = ParseAttendRequest(request, route->model, route->limits);
+  if (!work.ok()) return work.status();
+  auto task = std::make_unique<AttendTask>(
+      *std::move(work), DeadlineMicros(*context), [context] { return context->IsCancelled(); },
+      std::move(done));
+  const std::string request_id = request.request_id();
+  absl::Status scheduled = route->batcher->Schedule(&task);
+  if (!scheduled.ok()) {
+    // The batcher did not take the task: it must not answer through `done` (the caller answers).
+    task->Release();
+    return scheduled;
+  }
+  spdlog::debug("queued model={} request_id={}", route->model->name, request_id);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
+                                                   const v1::AttendRequest* request,
+                                                   v1::AttendResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status scheduled = Submit(
+      *request, context,
+      [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
+        if (!result.ok()) {
+          spdlog::debug("Attend model={} request_id={} failed: {}", work.model->name,
+                        work.request_id, result.status().ToString());
+          reactor->Finish(ToGrpcStatus(result.status()));
+          return;
+        }
+        spdlog::debug(
+            "Attend model={} request_id={} sequences={} tokens={} queue_us={} "
+            "compute_us={} batch_sequences={}",
+            work.model->name, work.request_id, work.sequences(), work.tokens(),
+            result->timing.queue_us, result->timing.compute_us, result->timing.batch_sequences);
+        reactor->Finish(ToGrpcStatus(FillAttendResponse(work, *result, response)));
+      });
+  if (!scheduled.ok()) {
+    spdlog::debug("Attend model={} request_id={} rejected: {}", request->model(),
+                  request->request_id(), scheduled.ToString());
+    reactor->Finish(ToGrpcStatus(scheduled));
+  }
+  return reactor;
+}
+
+grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionService::AttendStream(
+    grpc::CallbackServerContext* context) {
+  return new AttendStreamReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* context,
+                                                       const v1::ListModelsRequest* /*request*/,
+                                                       v1::ListModelsResponse* response) {
+  for (const ModelRouter::ModelDescription& description : router_->Describe()) {
+    FillModelInfo(*description.model, description.limits, description.is_default,
+                  response->add_models());
+  }
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* context,
+                                                     const v1::GetModelRequest* request,
+                                                     v1::ModelInfo* response) {
+  absl::StatusOr<ModelRouter::ModelDescription> description = router_->Describe(request->name());
+  if (!description.ok()) return FinishNow(context, ToGrpcStatus(description.status()));
+  FillModelInfo(*description->model, description->limits, description->is_default, response);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+void AttentionService::BeginDrain() {
+  draining_.store(true, std::memory_order_release);
+  std::vector<AttendStreamReactor*> to_finish;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    for (AttendStreamReactor* stream : streams_) {
+      if (stream->PrepareDrain()) to_finish.push_back(stream);
+    }
+  }
+  // Outside streams_mu_: finishing may run OnDone, which unregisters.
+  for (AttendStreamReactor* stream : to_finish) stream->FinishDrained();
+}
+
+void AttentionService::RegisterStream(AttendStreamReactor* stream) {
+  absl::MutexLock lock(&streams_mu_);
+  streams_.insert(stream);
+}
+
+void AttentionService::UnregisterStream(AttendStreamReactor* stream) {
+  absl::MutexLock lock(&streams_mu_);
+  streams_.erase(stream);
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,175 @@
+#include "server/batch_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "core/attention_batch.h"
+
+namespace attnserve::server {
+namespace {
+
+// The sequences of several tasks packed into one ragged batch. A single task's own buffers are
+// used in place; several tasks' rows are copied once into shared buffers.
+class PackedBatch {
+ public:
+  explicit PackedBatch(const std::vector<AttendTask*>& tasks) {
+    const AttendWork& first = tasks.front()->work();
+    d_model_ = first.model->config.attention.d_model;
+    for (const AttendTask* task : tasks) {
+      const AttendWork& work = task->work();
+      AppendOffsets(work.query_lengths, &query_offsets_);
+      if (work.cross_attention) AppendOffsets(work.memory_lengths, &memory_offsets_);
+    }
+    if (tasks.size() == 1) {
+      query_ = first.query;
+      memory_ = first.memory;
+      mask_ = first.explicit_mask;
+    } else {
+      query_ = Concat(
+          tasks, &owned_query_, [](const AttendWork& w) -> auto& { return w.query; });
+      memory_ = Concat(
+          tasks, &owned_memory_, [](const AttendWork& w) -> auto& { return w.memory; });
+      mask_ = Concat(
+          tasks, &owned_mask_, [](const AttendWork& w) -> auto& { return w.explicit_mask; });
+    }
+    inputs_.query = {.data = query_, .offsets = query_offsets_};
+    if (first.cross_attention) {
+      inputs_.memory = core::RaggedBatch{.data = memory_, .offsets = memory_offsets_};
+    }
+    inputs_.mask = {.causal = first.causal, .explicit_mask = mask_};
+    inputs_.head_mask = {first.head_mask.data(), first.head_mask.size()};
+  }
+
+  const core::AttentionInputs& inputs() const { return inputs_; }
+  int64_t rows() const { return inputs_.query.rows(); }
+  int64_t sequences() const { return inputs_.query.num_sequences(); }
+  int64_t d_model() const { return d_model_; }
+
+ private:
+  static void AppendOffsets(const std::vector<int64_t>& lengths, std::vector<int64_t>* offsets) {
+    if (offsets->empty()) offsets->push_back(0);
+    for (int64_t length : lengths) offsets->push_back(offsets->back() + length);
+  }
+  template <typename T, typename Field>
+  static std::span<const T> Concat(const std::vector<AttendTask*>& tasks, std::vector<T>* out,
+                                   Field field) {
+    size_t total = 0;
+    for (const AttendTask* task : tasks) total += field(task->work()).size();
+    out->reserve(total);
+    for (const AttendTask* task : tasks) {
+      const auto& part = field(task->work());
+      out->insert(out->end(), part.begin(), part.end());
+    }
+    return *out;
+  }
+
+  int64_t d_model_ = 0;
+  std::vector<int64_t> query_offsets_, memory_offsets_;
+  std::vector<float> owned_query_, owned_memory_;
+  std::vector<uint8_t> owned_mask_;
+  std::span<const float> query_, memory_;
+  std::span<const uint8_t> mask_;
+  core::AttentionInputs inputs_;
+};
+
+}  // namespace
+
+BatchRunner::BatchRunner(const BatchRunnerOptions& options, batching::Clock* clock)
+    : options_(options),
+      clock_(clock),
+      compute_slots_(std::max(1, options.max_concurrent_batches)) {}
+
+core::AttentionExecutor& BatchRunner::ThreadExecutor() {
+  // One executor per thread: it caches oneDNN primitives and scratch for the shapes it has seen
+  // and is not thread-safe. Batcher threads live as long as their batcher.
+  thread_local std::unique_ptr<core::AttentionExecutor> executor;
+  thread_local int executor_threads = -1;
+  if (!executor || executor_threads != options_.compute_threads) {
+    executor = std::make_unique<core::AttentionExecutor>(
+        core::ExecutorOptions{.compute_threads = options_.compute_threads});
+    executor_threads = options_.compute_threads;
+  }
+  return *executor;
+}
+
+void BatchRunner::Run(Batch batch) {
+  std::vector<AttendTask*> tasks;
+  tasks.reserve(batch.tasks.size());
+  for (auto& task : batch.tasks) tasks.push_back(task.get());
+  absl::Status status = RunTogether(tasks, batch.enqueue_us);
+  if (status.ok()) return;
+  if (tasks.size() == 1) {
+    tasks.front()->Finish(std::move(status));
+    return;
+  }
+  // One bad request must not fail its neighbours: run each alone and answer it on its own.
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    absl::Status alone = RunTogether({tasks[i]}, {batch.enqueue_us[i]});
+    if (!alone.ok()) tasks[i]->Finish(std::move(alone));
+  }
+}
+
+absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
+                                      const std::vector<int64_t>& enqueue_us) {
+  PackedBatch packed(tasks);
+  const core::AttentionLayer& layer = *tasks.front()->work().model->layer;
+  const bool want_weights = tasks.front()->work().return_weights;
+  // A single task's result buffers serve as the batch's output directly.
+  std::vector<float> output(static_cast<size_t>(packed.rows() * packed.d_model()));
+  std::vector<float> weights;
+  if (want_weights) {
+    weights.resize(static_cast<size_t>(core::WeightsSize(layer.config(), packed.inputs())));
+  }
+
+  compute_slots_.acquire();
+  const int64_t start_us = clock_->NowMicros();
+  absl::Status status =
+      ThreadExecutor().Forward(layer, packed.inputs(), {.output = output, .weights = weights});
+  const int64_t end_us = clock_->NowMicros();
+  compute_slots_.release();
+  if (!status.ok()) return status;
+
+  AttendTiming timing{.compute_us = end_us - start_us,
+                      .batch_sequences = packed.sequences(),
+                      .batch_tokens = packed.rows()};
+  if (tasks.size() == 1) {
+    timing.queue_us = std::max<int64_t>(0, start_us - enqueue_us.front());
+    tasks.front()->Finish(
+        AttendResult{.output = std::move(output), .weights = std::move(weights), .timing = timing});
+    return absl::OkStatus();
+  }
+  size_t output_at = 0, weights_at = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const AttendWork& work = tasks[i]->work();
+    AttendResult result;
+    result.output.assign(output.begin() + output_at,
+                         output.begin() + output_at + work.query.size());
+    output_at += work.query.size();
+    if (want_weights) {
+      const size_t size = static_cast<size_t>(layer.config().num_heads * ScoreElementsOf(work));
+      result.weights.assign(weights.begin() + weights_at, weights.begin() + weights_at + size);
+      weights_at += size;
+    }
+    result.timing = timing;
+    result.timing.queue_us = std::max<int64_t>(0, start_us - enqueue_us[i]);
+    tasks[i]->Finish(std::move(result));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttendResult> BatchRunner::RunOne(const AttendWork& work) {
+  absl::StatusOr<AttendResult> answer;
+  AttendTask task(AttendWork(work), INT64_MAX, nullptr,
+                  [&answer](const AttendWork&, absl::StatusOr<AttendResult> result) {
+                    answer = std::move(result);
+                  });
+  const int64_t now = clock_->NowMicros();
+  absl::Status status = RunTogether({&task}, {now});
+  if (!status.ok()) return status;
+  return answer;
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,145 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/batching/batching_options.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+namespace {
+
+absl::Status ValidateOptions(const ServerOptions& options) {
+  if (absl::Status status = batching::ValidateBatchingOptions(options.router.batching);
+      !status.ok()) {
+    return status;
+  }
+  if (options.max_message_bytes < 1024 || options.max_message_bytes > (int64_t{2} << 30) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes: expected 1024..2147483647, got ", options.max_message_bytes));
+  }
+  if (options.router.max_sequence_length < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_sequence_length: expected >= 1, got ",
+                                                   options.router.max_sequence_length));
+  }
+  if (options.runner.compute_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compute_threads: expected >= 0 (0 = one per core), got ", options.runner.compute_threads));
+  }
+  if (options.runner.max_concurrent_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_concurrent_batches: expected >= 1, got ",
+                                                   options.runner.max_concurrent_batches));
+  }
+  if (options.model_poll_interval_ms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model_poll_interval_ms: expected >= 0 (0 = off), got ", options.model_poll_interval_ms));
+  }
+  return absl::OkStatus();
+}
+
+void LogModelEvents(const std::vector<model::ModelEvent>& events) {
+  for (const model::ModelEvent& event : events) {
+    if (event.kind == model::ModelEvent::Kind::kFailed) {
+      spdlog::error("model {}: load failed, version {} keeps serving: {}", event.name,
+                    event.version, event.status.ToString());
+    } else {
+      spdlog::info("model {}: {} (serving version {})", event.name,
+                   model::EventKindName(event.kind), event.version);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+  server->options_.router.max_response_bytes = options.max_message_bytes;
+
+  absl::StatusOr<std::unique_ptr<model::ModelRepository>> repository =
+      model::ModelRepository::Open(options.repository);
+  if (!repository.ok()) return repository.status();
+  for (const model::ModelState& state : (*repository)->States()) {
+    if (!state.last_error.ok()) {
+      spdlog::error("model {}: not loaded: {}", state.name, state.last_error.ToString());
+    }
+  }
+
+  server->runner_ = std::make_unique<BatchRunner>(options.runner);
+  Server* self = server.get();
+  server->router_ = std::make_unique<ModelRouter>(
+      *std::move(repository), server->runner_.get(), server->options_.router,
+      [self](const std::string& name, bool serving) {
+        if (self->grpc_server_ != nullptr) {
+          self->grpc_server_->GetHealthCheckService()->SetServingStatus(name, serving);
+        }
+      });
+  server->service_ = std::make_unique<AttentionService>(server->router_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("grpc_address: cannot listen on \"",
+                                               options.grpc_address,
+                                               "\" (in use, or not a host:port this machine has)"));
+  }
+
+  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceHealthName, true);
+  for (const auto& description : server->router_->Describe()) {
+    health->SetServingStatus(description.model->name, true);
+  }
+  if (options.model_poll_interval_ms > 0) {
+    ModelRouter* router = server->router_.get();
+    server->poller_ = std::make_unique<model::RepositoryPoller>(
+        router->repository(),
+        model::RepositoryPollerOptions{.poll_interval_ms = options.model_poll_interval_ms},
+        [router](const std::vector<model::ModelEvent>& events) {
+          LogModelEvents(events);
+          router->Sync();
+        });
+  }
+  return server;
+}
+
+Server::~Server() {
+  Shutdown(absl::ZeroDuration());
+  // Members go in reverse order: the gRPC server (now idle), the service, the router (drained),
+  // the runner.
+}
+
+void Server::Shutdown(absl::Duration grace) {
+  std::call_once(shutdown_once_, [this, grace] {
+    if (grpc_server_ == nullptr) {
+      shut_down_.Notify();
+      return;
+    }
+    grpc_server_->GetHealthCheckService()->Shutdown();  // Everything NOT_SERVING, for good.
+    service_->BeginDrain();  // New requests: UNAVAILABLE; idle streams finish.
+    poller_.reset();
+    // Computes every accepted request now, without waiting out max_queue_delay_us, and answers
+    // it; afterwards the batchers refuse work.
+    router_->DrainAll();
+    // Waits for the answers to be sent; RPCs still open at the deadline (streams whose client
+    // keeps them open) are cancelled.
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMicroseconds(grace));
+    shut_down_.Notify();
+  });
+}
+
+void Server::Wait() { shut_down_.WaitForNotification(); }
+
+}  // namespace attnserve::server

@@ -1,0 +1,68 @@
+// Server: the attnserve gRPC server — the model repository and its poller, per-model batchers,
+// the batch runner, AttentionService, grpc.health.v1.Health and server reflection — started,
+// run and drained as one object.
+//
+// Thread-safe: port()/Shutdown()/Wait() from any thread; Shutdown() is idempotent.
+#ifndef ATTNSERVE_SERVER_SERVER_H_
+#define ATTNSERVE_SERVER_SERVER_H_
+
+#include <memory>
+#include <mutex>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/model/repository_poller.h"
+#include "server/attention_service.h"
+#include "server/batch_runner.h"
+#include "server/model_router.h"
+#include "server/server_options.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace attnserve::server {
+
+// The name under which health reports the whole server, besides "" (gRPC's convention).
+inline constexpr char kServiceHealthName[] = "attnserve.v1.AttentionService";
+
+class Server {
+ public:
+  // Opens the repository, loads and warms every model up, and starts listening. InvalidArgument
+  // for bad options (naming the option) or an unusable repository folder; Unavailable when the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+
+  // Shuts down with no grace period left (in-flight requests are still answered).
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // The port the server listens on (the chosen one when the address asked for port 0).
+  int port() const { return port_; }
+  ModelRouter& router() { return *router_; }
+
+  // Drains: health goes NOT_SERVING, new requests get UNAVAILABLE, every accepted request is
+  // computed and answered, then the server stops. RPCs still open after `grace` (e.g. streams
+  // the client never closes) are cancelled.
+  void Shutdown(absl::Duration grace);
+  // Blocks until Shutdown() has completed.
+  void Wait();
+
+ private:
+  Server() = default;
+
+  ServerOptions options_;
+  std::unique_ptr<BatchRunner> runner_;
+  std::unique_ptr<ModelRouter> router_;
+  std::unique_ptr<AttentionService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<model::RepositoryPoller> poller_;
+  int port_ = 0;
+  std::once_flag shutdown_once_;
+  absl::Notification shut_down_;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SERVER_H_

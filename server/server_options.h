@@ -1,0 +1,33 @@
+// ServerOptions: everything the attnserve server is configured with (flags map onto these; see
+// server_flags.h). A plain struct; defaults are the documented production defaults.
+#ifndef ATTNSERVE_SERVER_SERVER_OPTIONS_H_
+#define ATTNSERVE_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/model/model_repository.h"
+#include "server/batch_runner.h"
+#include "server/model_router.h"
+
+namespace attnserve::server {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (Server::port() tells which).
+  std::string grpc_address = "0.0.0.0:50051";
+  model::ModelRepositoryOptions repository;
+  // Seconds between repository scans for added, changed or removed model folders; 0 = never
+  // (models load once at start).
+  int64_t model_poll_interval_ms = 5000;
+  // Batching defaults, sequence limit, default model; max_response_bytes is set from
+  // max_message_bytes.
+  ModelRouterOptions router;
+  BatchRunnerOptions runner;
+  // Largest request or response message, in bytes (gRPC's default of 4 MiB is one [2048, 512]
+  // float32 tensor).
+  int64_t max_message_bytes = int64_t{64} << 20;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SERVER_OPTIONS_H_
