@@ -1,0 +1,58 @@
+// attnserve: the gRPC attention inference server.
+//
+//   attnserve [--grpc-address 0.0.0.0:50051] [--model-repository models] [--config file.toml] ...
+//
+// Runs until SIGTERM or SIGINT, then drains (health NOT_SERVING, new requests refused, accepted
+// requests answered) within --shutdown-grace-s and exits 0. Exit 1 when it cannot start.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "absl/time/time.h"
+#include "server/logging.h"
+#include "server/server.h"
+#include "server/server_flags.h"
+#include "server/startup_summary.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  using attnserve::server::ServerFlags;
+  CLI::App app{"attnserve: multi-head attention inference over gRPC, batched on the CPU"};
+  ServerFlags flags;
+  attnserve::server::AddServerFlags(app, flags);
+  CLI11_PARSE(app, argc, argv);
+  attnserve::server::FinishServerFlags(flags);
+
+  if (absl::Status status = attnserve::server::ConfigureLogging(flags.log_level, flags.log_format);
+      !status.ok()) {
+    std::fprintf(stderr, "attnserve: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+
+  // Block the shutdown signals in every thread (threads inherit the mask), so that only the
+  // sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<attnserve::server::Server>> server =
+      attnserve::server::Server::Start(flags.server);
+  if (!server.ok()) {
+    spdlog::critical("cannot start: {}", server.status().ToString());
+    return 1;
+  }
+  attnserve::server::LogStartupSummary(**server, flags.server);
+
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("{} received: draining (grace {} s)", received == SIGTERM ? "SIGTERM" : "SIGINT",
+               flags.shutdown_grace_s);
+  (*server)->Shutdown(absl::Seconds(flags.shutdown_grace_s));
+  spdlog::info("drained; exiting");
+  server->reset();
+  return 0;
+}

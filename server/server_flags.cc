@@ -1,0 +1,94 @@
+#include "server/server_flags.h"
+
+#include <cmath>
+#include <map>
+
+namespace attnserve::server {
+
+void AddServerFlags(CLI::App& app, ServerFlags& flags) {
+  ServerOptions& options = flags.server;
+  batching::BatchingOptions& batching = options.router.batching;
+  app.set_config("--config", "", "Read flags from this TOML or INI file (key = value per flag)");
+
+  app.add_option("--grpc-address", options.grpc_address,
+                 "host:port to serve gRPC on (port 0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--model-repository", flags.server.repository.root,
+                 "Folder with one sub-folder per model (config.json + weights.safetensors)")
+      ->capture_default_str();
+  app.add_option("--demo-model", flags.demo_model,
+                 "Serve the embedded demo model: auto (only when the repository folder does not "
+                 "exist), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app.add_option("--default-model", options.router.default_model,
+                 "Model answering requests that name none (default: the only model, or demo)");
+  app.add_option("--model-poll-interval-s", flags.model_poll_interval_s,
+                 "Seconds between scans of the repository for added, changed or removed models "
+                 "(0 = load once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+
+  app.add_option("--max-batch-sequences", batching.max_batch_sequences,
+                 "Default most sequences per batch (config.json may override per model)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-batch-tokens", batching.max_batch_tokens,
+                 "Default most query tokens per batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-queue-delay-us", batching.max_queue_delay_us,
+                 "Default longest wait, in microseconds, for a fuller batch (0 = never wait)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-queue-size", batching.max_queue_size,
+                 "Default most queued requests per model before RESOURCE_EXHAUSTED")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-threads", batching.num_batch_threads,
+                 "Threads forming and running batches, per model")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--max-sequence-length", options.router.max_sequence_length,
+                 "Default longest query or memory sequence a request may send")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  app.add_option("--compute-threads", options.runner.compute_threads,
+                 "OpenMP threads per forward pass (0 = OMP_NUM_THREADS, else one per core)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--max-concurrent-batches", options.runner.max_concurrent_batches,
+                 "Forward passes running at once across all models")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "Largest request or response message in bytes")
+      ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
+      ->capture_default_str();
+
+  app.add_option("--shutdown-grace-s", flags.shutdown_grace_s,
+                 "On SIGTERM/SIGINT: seconds to answer accepted requests before cancelling what "
+                 "is still open")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--log-level", flags.log_level,
+                 "trace, debug (one line per request), info, warn, error, critical, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_option("--log-format", flags.log_format, "text, or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+}
+
+void FinishServerFlags(ServerFlags& flags) {
+  static const std::map<std::string, model::DemoModelPolicy> kPolicies = {
+      {"auto", model::DemoModelPolicy::kWhenNoRepository},
+      {"always", model::DemoModelPolicy::kAlways},
+      {"never", model::DemoModelPolicy::kNever}};
+  flags.server.repository.demo_model = kPolicies.at(flags.demo_model);
+  flags.server.model_poll_interval_ms =
+      static_cast<int64_t>(std::llround(flags.model_poll_interval_s * 1000.0));
+}
+
+}  // namespace attnserve::server

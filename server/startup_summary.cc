@@ -1,0 +1,60 @@
+#include "server/startup_summary.h"
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/attention_config.h"
+#include "core/onednn_support.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+namespace {
+
+// What compute_threads = 0 resolves to: OMP_NUM_THREADS, else one per core.
+int EffectiveComputeThreads(int compute_threads) {
+  if (compute_threads > 0) return compute_threads;
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
+    return std::atoi(env);
+  }
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+void LogStartupSummary(Server& server, const ServerOptions& options) {
+  spdlog::info("attnserve listening on {} (port {}); health and reflection enabled",
+               options.grpc_address, server.port());
+  const auto models = server.router().Describe();
+  spdlog::info("{} model(s) serving from repository {}", models.size(),
+               options.repository.root.string());
+  for (const auto& description : models) {
+    const model::Model& model = *description.model;
+    const core::AttentionConfig& config = model.config.attention;
+    const ModelLimits& limits = description.limits;
+    spdlog::info(
+        "model {}{} v{}: d_model={} heads={} {} bias={} {} parameters={} source={} | "
+        "max_sequence_length={} batching: max_batch_sequences={} max_batch_tokens={} "
+        "max_queue_delay_us={} max_queue_size={}",
+        model.name, description.is_default ? " (default)" : "", model.version, config.d_model,
+        config.num_heads, core::VariantName(config.variant), config.bias,
+        core::ComputeTypeName(config.compute_type), config.ParameterCount(), model.source,
+        limits.request.max_sequence_length, limits.request.max_batch_sequences,
+        limits.request.max_batch_tokens, limits.max_queue_delay_us, limits.max_queue_size);
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  spdlog::info("oneDNN {} ISA {}", core::OneDnnVersion(), core::OneDnnIsa());
+  spdlog::info(
+      "threads: {} core(s); {} compute thread(s) per forward pass, {} pass(es) at once; {} batch "
+      "thread(s) per model; gRPC callback threads handle I/O and validation",
+      cores, EffectiveComputeThreads(options.runner.compute_threads),
+      options.runner.max_concurrent_batches, options.router.batching.num_batch_threads);
+  if (options.model_poll_interval_ms > 0) {
+    spdlog::info("watching the repository every {} ms for model changes",
+                 options.model_poll_interval_ms);
+  } else {
+    spdlog::info("repository polling off: models load once");
+  }
+}
+
+}  // namespace attnserve::server
