@@ -1,0 +1,154 @@
+// Dynamic batching end to end: concurrent requests share a batch, a full queue is refused at
+// once, and requests whose deadline passed or whose caller cancelled are dropped before compute.
+//
+// Batches are held back with a long max_queue_delay_us, so what forms a batch is either a full
+// batch or the test's own action, never timing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "tests/server/service/async_call.h"
+#include "tests/server/service/server_test_support.h"
+
+namespace attnserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kLongDelayUs = 60'000'000;
+
+server::ServerOptions HeldBackOptions(int64_t max_batch_sequences, int64_t max_queue_size = 64) {
+  server::ServerOptions options = TestServerOptions();
+  options.router.batching.max_queue_delay_us = kLongDelayUs;
+  options.router.batching.max_batch_sequences = max_batch_sequences;
+  options.router.batching.max_queue_size = max_queue_size;
+  return options;
+}
+
+class BatchingTest : public ServerTest {
+ protected:
+  // Waits (bounded) until the model's queue holds `size` requests.
+  void WaitForQueueSize(int64_t size) {
+    absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
+    ASSERT_TRUE(route.ok());
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (route->batcher->QueueSize() != size) {
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up)
+          << "queue size " << route->batcher->QueueSize() << ", waiting for " << size;
+      std::this_thread::yield();
+    }
+  }
+};
+
+TEST_F(BatchingTest, ConcurrentRequestsShareOneBatchAndEachGetsItsOwnAnswer) {
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/4));
+  const std::vector<int64_t> lengths = {2, 3, 4, 5};
+  std::vector<std::unique_ptr<AsyncCall>> calls;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    calls.push_back(std::make_unique<AsyncCall>(
+        stub(), MakeRequest(kSmallModel, lengths[i], kSmallWidth, 100 + i, /*raw=*/true)));
+  }
+  // The fourth request fills the batch, which then runs at once despite the long delay.
+  for (size_t i = 0; i < calls.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(calls[i]->Wait());
+    ASSERT_TRUE(calls[i]->status().ok()) << calls[i]->status().error_message();
+    const v1::Timing& timing = calls[i]->response().timing();
+    EXPECT_EQ(timing.batch_sequences(), 4);
+    EXPECT_EQ(timing.batch_tokens(), 2 + 3 + 4 + 5);
+    EXPECT_TRUE(Near(
+        TensorValues(calls[i]->response().output()),
+        CoreCompute(*Layer(kSmallModel), {.query = TestValues(lengths[i] * kSmallWidth, 100 + i)})
+            .output));
+  }
+}
+
+TEST_F(BatchingTest, FullQueueIsRefusedAtOnceAndQueuedRequestsStillComplete) {
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/64, /*max_queue_size=*/2));
+  AsyncCall first(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 1));
+  AsyncCall second(stub(), MakeRequest(kSmallModel, 4, kSmallWidth, 2));
+  WaitForQueueSize(2);
+
+  v1::AttendResponse response;
+  const grpc::Status refused = Attend(MakeRequest(kSmallModel, 2, kSmallWidth, 3), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("max_queue_size"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("2"));
+
+  StopServer();  // Draining computes the two queued requests as one batch.
+  for (AsyncCall* call : {&first, &second}) {
+    ASSERT_TRUE(call->Wait());
+    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+    EXPECT_EQ(call->response().timing().batch_sequences(), 2);
+    EXPECT_EQ(call->response().timing().batch_tokens(), 7);
+  }
+}
+
+TEST_F(BatchingTest, RequestPastItsDeadlineIsNotComputed) {
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/2));
+  AsyncCall expired(stub(), MakeRequest(kSmallModel, 7, kSmallWidth, 1),
+                    std::chrono::milliseconds(300));
+  ASSERT_TRUE(expired.Wait());
+  EXPECT_EQ(expired.status().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  // Had the expired request (7 rows) been computed, it would have filled a batch with `b`.
+  AsyncCall b(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
+  AsyncCall c(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
+  for (AsyncCall* call : {&b, &c}) {
+    ASSERT_TRUE(call->Wait());
+    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+    EXPECT_EQ(call->response().timing().batch_sequences(), 2);
+    EXPECT_EQ(call->response().timing().batch_tokens(), 3 + 5);
+  }
+}
+
+TEST_F(BatchingTest, CancelledRequestIsNotComputed) {
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/2));
+  AsyncCall cancelled(stub(), MakeRequest(kSmallModel, 7, kSmallWidth, 1));
+  WaitForQueueSize(1);
+  cancelled.Cancel();
+  ASSERT_TRUE(cancelled.Wait());
+  EXPECT_EQ(cancelled.status().error_code(), grpc::StatusCode::CANCELLED);
+
+  // The cancellation travels on the same connection ahead of these calls.
+  AsyncCall b(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
+  AsyncCall c(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
+  for (AsyncCall* call : {&b, &c}) {
+    ASSERT_TRUE(call->Wait());
+    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+    EXPECT_EQ(call->response().timing().batch_sequences(), 2);
+    EXPECT_EQ(call->response().timing().batch_tokens(), 3 + 5);
+  }
+}
+
+TEST_F(BatchingTest, IncompatibleRequestsRunInSeparateBatches) {
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/2));
+  v1::AttendRequest causal = MakeRequest(kSmallModel, 3, kSmallWidth, 1);
+  causal.set_mask(v1::MASK_CAUSAL);
+  AsyncCall causal_1(stub(), causal);
+  AsyncCall plain_1(stub(), MakeRequest(kSmallModel, 4, kSmallWidth, 2));
+  causal.set_request_id("second causal");
+  AsyncCall causal_2(stub(), causal);
+  AsyncCall plain_2(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
+  for (AsyncCall* call : {&causal_1, &causal_2}) {
+    ASSERT_TRUE(call->Wait());
+    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+    EXPECT_EQ(call->response().timing().batch_tokens(), 6);
+    EXPECT_TRUE(Near(
+        TensorValues(call->response().output()),
+        CoreCompute(*Layer(kSmallModel), {.query = TestValues(3 * kSmallWidth, 1), .causal = true})
+            .output));
+  }
+  for (AsyncCall* call : {&plain_1, &plain_2}) {
+    ASSERT_TRUE(call->Wait());
+    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+    EXPECT_EQ(call->response().timing().batch_tokens(), 9);
+  }
+}
+
+}  // namespace
+}  // namespace attnserve::testing
