@@ -23,8 +23,11 @@ int EffectiveComputeThreads(int compute_threads) {
 }  // namespace
 
 void LogStartupSummary(Server& server, const ServerOptions& options) {
-  spdlog::info("attnserve listening on {} (port {}); health and reflection enabled",
-               options.grpc_address, server.port());
+  // Show the port actually bound (the address may have asked for port 0).
+  const std::string& address = options.grpc_address;
+  const std::string host = address.substr(0, address.rfind(':'));
+  spdlog::info("attnserve listening on {}:{} (port {}); health and reflection enabled", host,
+               server.port(), server.port());
   const auto models = server.router().Describe();
   spdlog::info("{} model(s) serving from repository {}", models.size(),
                options.repository.root.string());

@@ -1,0 +1,191 @@
+// The attnserve binary as users run it: --help, flag errors, a config file, JSON logs, the
+// startup summary, serving the embedded demo model, and SIGTERM draining every accepted request
+// before exiting 0.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_folder.h"
+
+namespace attnserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+
+class AttnserveBinaryTest : public ::testing::Test {
+ protected:
+  // Starts attnserve on 127.0.0.1 with an ephemeral port and no repository folder (so the
+  // embedded demo model serves), plus `extra` flags; returns null on failure.
+  std::unique_ptr<ChildProcess> StartServer(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--grpc-address",     "127.0.0.1:0",
+                                     "--model-repository", (temp_.path() / "absent").string(),
+                                     "--compute-threads",  "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Start(ATTNSERVE_BINARY, args);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return nullptr;
+    std::optional<std::string> listening = (*child)->WaitForLine("(port ", kStartTimeout);
+    EXPECT_TRUE(listening.has_value()) << (*child)->Output();
+    if (!listening) return nullptr;
+    const size_t at = listening->find("(port ") + 6;
+    EXPECT_TRUE(absl::SimpleAtoi(listening->substr(at, listening->find(')', at) - at), &port_))
+        << *listening;
+    return *std::move(child);
+  }
+  std::unique_ptr<v1::AttentionService::Stub> Stub() const {
+    return v1::AttentionService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+
+  TempFolder temp_;
+  int port_ = 0;
+};
+
+// Runs attnserve with `args` to completion; its exit code and output.
+std::pair<int, std::string> RunToExit(const std::vector<std::string>& args) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(ATTNSERVE_BINARY, args);
+  if (!child.ok()) return {-1, child.status().ToString()};
+  const int code = (*child)->Wait(absl::Seconds(60));
+  return {code, (*child)->Output()};
+}
+
+TEST(AttnserveFlagsTest, HelpListsEveryFlagWithItsDefault) {
+  const auto [code, output] = RunToExit({"--help"});
+  EXPECT_EQ(code, 0);
+  for (const char* flag :
+       {"--grpc-address TEXT=0.0.0.0:50051", "--model-repository", "--config", "--demo-model",
+        "--default-model", "--model-poll-interval-s", "--max-batch-sequences", "--max-batch-tokens",
+        "--max-queue-delay-us", "--max-queue-size", "--batch-threads", "--max-sequence-length",
+        "--compute-threads", "--max-concurrent-batches", "--max-message-bytes",
+        "--shutdown-grace-s", "--log-level", "--log-format"}) {
+    EXPECT_THAT(output, HasSubstr(flag));
+  }
+}
+
+TEST(AttnserveFlagsTest, BadFlagValuesExitNonZeroNamingTheFlag) {
+  {
+    const auto [code, output] = RunToExit({"--log-format", "xml"});
+    EXPECT_NE(code, 0);
+    EXPECT_THAT(output, HasSubstr("--log-format"));
+  }
+  {
+    const auto [code, output] = RunToExit({"--max-batch-sequences", "0"});
+    EXPECT_NE(code, 0);
+    EXPECT_THAT(output, HasSubstr("--max-batch-sequences"));
+  }
+}
+
+TEST_F(AttnserveBinaryTest, UnbindableAddressExitsOneWithTheReason) {
+  const auto [code, output] = RunToExit(
+      {"--grpc-address", "256.1.1.1:1", "--model-repository", (temp_.path() / "absent").string()});
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(output, HasSubstr("grpc_address"));
+  EXPECT_THAT(output, HasSubstr("256.1.1.1:1"));
+}
+
+TEST_F(AttnserveBinaryTest, StartupSummaryDescribesTheDemoModelAndTheMachine) {
+  std::unique_ptr<ChildProcess> server = StartServer({});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitForLine("threads:", kStartTimeout).has_value()) << server->Output();
+  const std::string output = server->Output();
+  EXPECT_THAT(output, HasSubstr("model demo (default) v1: d_model=512 heads=8 multi_head"));
+  EXPECT_THAT(output, HasSubstr("parameters=1050624"));
+  EXPECT_THAT(output, HasSubstr("max_batch_sequences=64"));
+  EXPECT_THAT(output, HasSubstr("oneDNN 2."));
+  EXPECT_THAT(output, HasSubstr("1 compute thread(s) per forward pass"));
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
+TEST_F(AttnserveBinaryTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
+  const std::filesystem::path config = temp_.path() / "attnserve.toml";
+  std::ofstream(config) << "max-batch-sequences = 3\nmax-queue-size = 7\nlog-level = \"debug\"\n";
+  std::unique_ptr<ChildProcess> server =
+      StartServer({"--config", config.string(), "--max-queue-size", "9"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitForLine("threads:", kStartTimeout).has_value()) << server->Output();
+  EXPECT_THAT(server->Output(), HasSubstr("max_batch_sequences=3"));
+  EXPECT_THAT(server->Output(), HasSubstr("max_queue_size=9"));
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
+TEST_F(AttnserveBinaryTest, JsonLogLinesAreJsonObjects) {
+  std::unique_ptr<ChildProcess> server = StartServer({"--log-format", "json"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitForLine("threads:", kStartTimeout).has_value()) << server->Output();
+  server->Signal(SIGINT);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+  const std::vector<std::string> lines = server->Lines();
+  ASSERT_GE(lines.size(), 5u);
+  for (const std::string& line : lines) {
+    const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(parsed.is_object()) << line;
+    EXPECT_TRUE(parsed.contains("time") && parsed.contains("level") && parsed.contains("msg"))
+        << line;
+  }
+  EXPECT_THAT(server->Output(), HasSubstr(R"("msg":"SIGINT received)"));
+}
+
+TEST_F(AttnserveBinaryTest, SigtermAnswersEveryAcceptedRequestThenExitsZero) {
+  // Batches are held back a minute, so the requests are still queued when SIGTERM arrives.
+  std::unique_ptr<ChildProcess> server =
+      StartServer({"--max-queue-delay-us", "60000000", "--log-level", "debug"});
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::AttentionService::Stub> stub = Stub();
+  constexpr int kRequests = 6;
+  struct Call {
+    grpc::ClientContext context;
+    v1::AttendRequest request;
+    v1::AttendResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kRequests; ++i) {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    call->request.set_request_id(absl::StrCat("r", i));
+    call->request.mutable_input()->add_shape(4);
+    call->request.mutable_input()->add_shape(512);
+    for (int j = 0; j < 4 * 512; ++j) call->request.mutable_input()->add_values(0.001f * (j % 97));
+    Call* raw = call.get();
+    stub->async()->Attend(&raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
+      raw->status = std::move(status);
+      raw->done.Notify();
+    });
+    calls.push_back(std::move(call));
+  }
+  ASSERT_EQ(server->WaitForLines("queued model=demo", kRequests, kStartTimeout), kRequests)
+      << server->Output();
+
+  server->Signal(SIGTERM);
+  for (const auto& call : calls) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    ASSERT_TRUE(call->status.ok()) << call->status.error_message();
+    EXPECT_EQ(call->response.request_id(), call->request.request_id());
+    EXPECT_EQ(call->response.timing().batch_sequences(), kRequests);
+    EXPECT_EQ(call->response.output().values_size(), 4 * 512);
+  }
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+  EXPECT_THAT(server->Output(), HasSubstr("SIGTERM received: draining"));
+  EXPECT_THAT(server->Output(), HasSubstr("drained; exiting"));
+}
+
+}  // namespace
+}  // namespace attnserve::testing
