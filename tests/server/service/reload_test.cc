@@ -1,0 +1,125 @@
+// Models change without a restart: the server polls its repository, serves a new model folder,
+// swaps a changed one in (requests then get the new version's answer), and stops serving a
+// removed one — with health following along.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "core/attention_weights.h"
+#include "core/model/model_writer.h"
+#include "core/model/weight_naming.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/server/service/server_test_support.h"
+
+namespace attnserve::testing {
+namespace {
+
+using HealthStatus = grpc::health::v1::HealthCheckResponse;
+
+model::ModelConfig SmallConfig() {
+  model::ModelConfig config;
+  config.attention = {.d_model = kSmallWidth,
+                      .num_heads = kSmallHeads,
+                      .variant = core::AttentionVariant::kMultiHead,
+                      .bias = true};
+  return config;
+}
+
+class ReloadTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    server::ServerOptions options = TestServerOptions();
+    options.model_poll_interval_ms = 20;
+    StartServer(options);
+  }
+
+  // Waits (bounded) until `condition` holds; the poller runs every 20 ms.
+  static ::testing::AssertionResult Eventually(const std::function<bool()>& condition) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!condition()) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        return ::testing::AssertionFailure() << "not within 30 s";
+      }
+      std::this_thread::yield();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  int64_t ServingVersion(const std::string& name) {
+    absl::StatusOr<server::ModelRoute> route = server().router().Route(name);
+    return route.ok() ? route->model->version : 0;
+  }
+
+  HealthStatus::ServingStatus Health(const std::string& name) {
+    auto health = grpc::health::v1::Health::NewStub(channel());
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(name);
+    HealthStatus response;
+    const grpc::Status status = health->Check(&context, request, &response);
+    return status.ok() ? response.status() : HealthStatus::UNKNOWN;
+  }
+
+  absl::Status WriteSmall(const std::string& name, uint64_t seed) {
+    const model::ModelConfig config = SmallConfig();
+    return model::WriteModelFolder(repository() / name, config,
+                                   core::MakeRandomWeights(config.attention, seed),
+                                   model::WeightNaming::kSeed, model::TensorDtype::kF32);
+  }
+};
+
+TEST_F(ReloadTest, ChangedWeightsAreServedAsTheNextVersion) {
+  const v1::AttendRequest request = MakeRequest(kSmallModel, 4, kSmallWidth, 9);
+  v1::AttendResponse before;
+  ASSERT_TRUE(Attend(request, &before).ok());
+  EXPECT_EQ(before.model_version(), 1);
+
+  ASSERT_TRUE(WriteSmall(kSmallModel, 999).ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion(kSmallModel) == 2; }));
+  v1::AttendResponse after;
+  ASSERT_TRUE(Attend(request, &after).ok());
+  EXPECT_EQ(after.model_version(), 2);
+  EXPECT_TRUE(
+      Near(TensorValues(after.output()),
+           CoreCompute(*Layer(kSmallModel), {.query = TestValues(4 * kSmallWidth, 9)}).output));
+  EXPECT_FALSE(Near(TensorValues(after.output()), TensorValues(before.output())));
+}
+
+TEST_F(ReloadTest, AddedAndRemovedFoldersComeAndGo) {
+  EXPECT_EQ(Health("late"), HealthStatus::UNKNOWN);  // NOT_FOUND from the health service.
+  ASSERT_TRUE(WriteSmall("late", 5).ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 1; }));
+  EXPECT_EQ(Health("late"), HealthStatus::SERVING);
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(MakeRequest("late", 2, kSmallWidth, 1), &response).ok());
+
+  std::filesystem::remove_all(repository() / "late");
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 0; }));
+  EXPECT_EQ(Health("late"), HealthStatus::NOT_SERVING);
+  const grpc::Status gone = Attend(MakeRequest("late", 2, kSmallWidth, 1), &response);
+  EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(gone.error_message(), ::testing::HasSubstr("late"));
+}
+
+TEST_F(ReloadTest, BrokenUpdateKeepsTheServingVersion) {
+  std::filesystem::resize_file(repository() / kSmallModel / "weights.safetensors", 100);
+  // The failed load is recorded; the old version keeps answering meanwhile.
+  ASSERT_TRUE(Eventually([&] {
+    for (const model::ModelState& state : server().router().repository().States()) {
+      if (state.name == kSmallModel && !state.last_error.ok()) return true;
+    }
+    return false;
+  }));
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(MakeRequest(kSmallModel, 3, kSmallWidth, 2), &response).ok());
+  EXPECT_EQ(response.model_version(), 1);
+  EXPECT_EQ(Health(kSmallModel), HealthStatus::SERVING);
+}
+
+}  // namespace
+}  // namespace attnserve::testing
