@@ -6,8 +6,10 @@
 // requests answered) within --shutdown-grace-s and exits 0. Exit 1 when it cannot start.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "CLI/CLI.hpp"
 #include "absl/time/time.h"
@@ -17,7 +19,25 @@
 #include "server/startup_summary.h"
 #include "spdlog/spdlog.h"
 
+namespace {
+
+// libgomp reads its wait policy once, before main. Its default (spin ~300k times, then sleep)
+// makes idle compute threads steal the cores the gRPC threads need; sleeping at once costs a
+// wake-up between primitives (README, "Threads"). Unless the user chose, re-execute with
+// OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000: spin briefly, then sleep.
+void EnsureOpenMpWaitPolicy(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) {
+    return;
+  }
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  setenv("GOMP_SPINCOUNT", "1000", 1);
+  execv("/proc/self/exe", argv);  // Returns only on failure: then run with libgomp's defaults.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  EnsureOpenMpWaitPolicy(argv);
   using attnserve::server::ServerFlags;
   CLI::App app{"attnserve: multi-head attention inference over gRPC, batched on the CPU"};
   ServerFlags flags;

@@ -20,6 +20,11 @@ int EffectiveComputeThreads(int compute_threads) {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 
+std::string EnvOr(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+
 }  // namespace
 
 void LogStartupSummary(Server& server, const ServerOptions& options) {
@@ -46,7 +51,9 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
         limits.request.max_batch_tokens, limits.max_queue_delay_us, limits.max_queue_size);
   }
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  spdlog::info("oneDNN {} ISA {}", core::OneDnnVersion(), core::OneDnnIsa());
+  spdlog::info("oneDNN {} ISA {}; OpenMP OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
+               core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),
+               EnvOr("GOMP_SPINCOUNT", "(unset)"));
   spdlog::info(
       "threads: {} core(s); {} compute thread(s) per forward pass, {} pass(es) at once; {} batch "
       "thread(s) per model; gRPC callback threads handle I/O and validation",
