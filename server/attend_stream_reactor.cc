@@ -44,7 +44,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
         });
     absl::MutexLock lock(&mu_);
     if (!scheduled.ok()) {
-      --in_flight_;
+      // Still counted in in_flight_ until its error answer is written.
       auto response = std::make_unique<v1::AttendResponse>();
       FillErrorResponse(request_.model(), request_.request_id(), scheduled, response.get());
       EnqueueLocked(std::move(response), &actions);
@@ -59,7 +59,6 @@ void AttendStreamReactor::OnAnswer(std::unique_ptr<v1::AttendResponse> response)
   Actions actions;
   {
     absl::MutexLock lock(&mu_);
-    --in_flight_;
     EnqueueLocked(std::move(response), &actions);
     DecideLocked(&actions);
   }
@@ -72,9 +71,11 @@ void AttendStreamReactor::OnWriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     pending_.pop_front();
+    --in_flight_;  // That message is done: its answer is written (or the client is gone).
     if (!ok) {
       // The client is gone: answers still to come are dropped, the stream ends when they are in.
       write_failed_ = true;
+      in_flight_ -= static_cast<int>(pending_.size());
       pending_.clear();
     }
     DecideLocked(&actions);
@@ -101,7 +102,10 @@ void AttendStreamReactor::FinishDrained() { Finish(grpc::Status::OK); }
 
 void AttendStreamReactor::EnqueueLocked(std::unique_ptr<v1::AttendResponse> response,
                                         Actions* actions) {
-  if (write_failed_ || finished_) return;
+  if (write_failed_ || finished_) {
+    --in_flight_;  // Dropped: nobody will read it.
+    return;
+  }
   pending_.push_back(std::move(response));
   DecideLocked(actions);
 }

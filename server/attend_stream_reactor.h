@@ -4,9 +4,10 @@
 // the stream goes on.
 //
 // Flow control: one read and one write are outstanding at a time, and at most
-// kMaxInFlightPerStream messages are being computed; beyond that the reactor stops reading until
-// answers have been written, so a client that does not read its answers is slowed instead of
-// growing the server's memory.
+// kMaxInFlightPerStream messages are in flight (read but their answer not yet written: being
+// computed or waiting to be written); beyond that the reactor stops reading until answers have
+// been written, so a client that does not read its answers is slowed instead of growing the
+// server's memory.
 //
 // The stream finishes (OK) once the client has half-closed (or the server drains) and every
 // accepted message has been answered and written. Thread-safety: reactions and task callbacks run
@@ -70,6 +71,7 @@ class AttendStreamReactor final
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Messages read whose answer is not yet written or dropped (computing, or in pending_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::unique_ptr<v1::AttendResponse>> pending_ ABSL_GUARDED_BY(mu_);
 };
