@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/attend_stream_reactor.h"
 #include "server/conversion.h"
 #include "spdlog/spdlog.h"
@@ -55,7 +56,11 @@ absl::Status AttentionService::Submit(const v1::AttendRequest& request,
   if (!scheduled.ok()) {
     // The batcher did not take the task: it must not answer through `done` (the caller answers).
     task->Release();
-    return scheduled;
+    return absl::Status(scheduled.code(),
+                        absl::StrCat("model \"", route->model->name, "\": ", scheduled.message(),
+                                     scheduled.code() == absl::StatusCode::kResourceExhausted
+                                         ? "; retry with backoff"
+                                         : ""));
   }
   spdlog::debug("queued model={} request_id={}", route->model->name, request_id);
   return absl::OkStatus();
