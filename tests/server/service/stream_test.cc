@@ -1,0 +1,399 @@
+// AttendStream end to end: many messages in flight on one stream, answered by request_id with the
+// core's output; bad messages answered in-band while the stream goes on; flow control past the
+// per-stream in-flight limit; batching across stream messages; client cancellation; and the
+// server's drain closing an idle stream with OK.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/attend_stream_reactor.h"
+#include "tests/server/service/server_test_support.h"
+
+namespace attnserve::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Stream = grpc::ClientReaderWriter<v1::AttendRequest, v1::AttendResponse>;
+
+// Every stream gets this deadline, so that a bug ends a test instead of hanging it.
+constexpr auto kStreamDeadline = std::chrono::seconds(60);
+// How long a test waits for something that must happen promptly (a bound, never a sleep).
+constexpr absl::Duration kPatience = absl::Seconds(30);
+
+// Opens an AttendStream on `context` (given the stream deadline).
+std::unique_ptr<Stream> OpenStream(v1::AttentionService::Stub& stub, grpc::ClientContext* context) {
+  context->set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
+  return stub.AttendStream(context);
+}
+
+// Writes `requests` in order (without reading), then half-closes if `writes_done`, on its own
+// thread: the server may stop reading while the client does not read, so writes may block.
+class Writer {
+ public:
+  Writer(Stream* stream, std::vector<v1::AttendRequest> requests, bool writes_done)
+      : requests_(std::move(requests)), thread_([this, stream, writes_done] {
+          for (const v1::AttendRequest& request : requests_) {
+            if (!stream->Write(request)) return;
+            ++written_;
+          }
+          if (writes_done) stream->WritesDone();
+          all_written_.Notify();
+        }) {}
+  ~Writer() { thread_.join(); }
+
+  // True once every request was written (and the stream half-closed, if asked) within `timeout`.
+  bool WaitAllWritten(absl::Duration timeout) {
+    return all_written_.WaitForNotificationWithTimeout(timeout);
+  }
+  int written() const { return written_.load(); }
+
+ private:
+  const std::vector<v1::AttendRequest> requests_;
+  std::atomic<int> written_{0};
+  absl::Notification all_written_;
+  std::thread thread_;
+};
+
+// Reads until the server ends the stream (or `limit` answers), keyed by request_id; fails on a
+// duplicate id.
+std::map<std::string, v1::AttendResponse> ReadAll(Stream* stream, int limit = 1 << 20) {
+  std::map<std::string, v1::AttendResponse> answers;
+  v1::AttendResponse response;
+  for (int i = 0; i < limit && stream->Read(&response); ++i) {
+    const std::string id = response.request_id();
+    EXPECT_TRUE(answers.emplace(id, std::move(response)).second) << "duplicate answer " << id;
+    response.Clear();
+  }
+  return answers;
+}
+
+std::string StatusText(const grpc::Status& status) {
+  return absl::StrCat(status.error_code(), ": ", status.error_message());
+}
+
+class StreamTest : public ServerTest {
+ protected:
+  // Starts the server and keeps its layers, so that answers can be checked after it stopped.
+  void Start(server::ServerOptions options = TestServerOptions()) {
+    ASSERT_NO_FATAL_FAILURE(StartServer(options));
+    for (const std::string model : {kSmallModel, kSingleModel}) layers_[model] = Layer(model);
+  }
+
+  // A self-attention request for `model` of `length` rows, values from `seed`, id `id`.
+  static v1::AttendRequest Request(const std::string& model, int64_t length, uint64_t seed,
+                                   const std::string& id) {
+    const int64_t width = model == kSmallModel ? kSmallWidth : kSingleWidth;
+    v1::AttendRequest request = MakeRequest(model, length, width, seed, /*raw=*/seed % 3 == 0);
+    request.set_request_id(id);
+    request.set_raw_output(seed % 2 == 0);
+    return request;
+  }
+
+  // `answer` is a successful answer to `request` (made by Request) with the core's output.
+  void ExpectAnswers(const v1::AttendRequest& request, const v1::AttendResponse& answer) {
+    SCOPED_TRACE(request.request_id());
+    ASSERT_FALSE(answer.has_error()) << answer.error().code() << ": " << answer.error().message();
+    EXPECT_EQ(answer.request_id(), request.request_id());
+    EXPECT_EQ(answer.model(), request.model());
+    EXPECT_EQ(answer.output().raw().empty(), !request.raw_output());
+    const std::vector<int64_t> shape = TensorShape(request.input());
+    EXPECT_EQ(TensorShape(answer.output()), shape);
+    EXPECT_GE(answer.timing().batch_sequences(), 1);
+    const std::vector<float> expected =
+        CoreCompute(*layers_.at(request.model()), {.query = TensorValues(request.input())}).output;
+    EXPECT_TRUE(Near(TensorValues(answer.output()), expected));
+  }
+
+  // Every request has exactly one successful, correct answer.
+  void ExpectAllAnswered(const std::vector<v1::AttendRequest>& requests,
+                         const std::map<std::string, v1::AttendResponse>& answers) {
+    EXPECT_EQ(answers.size(), requests.size());
+    for (const v1::AttendRequest& request : requests) {
+      auto it = answers.find(request.request_id());
+      if (it == answers.end()) {
+        ADD_FAILURE() << "no answer to " << request.request_id();
+        continue;
+      }
+      ExpectAnswers(request, it->second);
+    }
+  }
+
+  // A unary request succeeds with the core's answer.
+  void ExpectUnaryServed() {
+    const v1::AttendRequest request = Request(kSmallModel, 3, 1000, "unary");
+    v1::AttendResponse response;
+    const grpc::Status status = Attend(request, &response);
+    ASSERT_TRUE(status.ok()) << StatusText(status);
+    ExpectAnswers(request, response);
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<const core::AttentionLayer>> layers_;
+};
+
+TEST_F(StreamTest, ManyMessagesInFlightAreAllAnsweredByRequestId) {
+  Start();
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < 40; ++i) {
+    const std::string model = i % 5 == 4 ? kSingleModel : kSmallModel;
+    requests.push_back(Request(model, 1 + (i * 7) % 20, 100 + i, absl::StrCat("m-", i)));
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  std::map<std::string, v1::AttendResponse> answers;
+  {
+    Writer writer(stream.get(), requests, /*writes_done=*/true);
+    answers = ReadAll(stream.get());
+    EXPECT_TRUE(writer.WaitAllWritten(kPatience));
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+  ExpectAllAnswered(requests, answers);
+}
+
+TEST_F(StreamTest, HalfClosingAnEmptyStreamEndsItWithOk) {
+  Start();
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  ASSERT_TRUE(stream->WritesDone());
+  v1::AttendResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+}
+
+TEST_F(StreamTest, BadMessagesAreAnsweredInBandAndTheStreamGoesOn) {
+  Start();
+  std::vector<v1::AttendRequest> good;
+  std::vector<v1::AttendRequest> sent;
+  for (int i = 0; i < 9; ++i) {
+    if (i == 3) {
+      v1::AttendRequest bad = MakeRequest(kSmallModel, 4, 12, 7);  // d_model 12, not 16
+      bad.set_request_id("bad-width");
+      sent.push_back(bad);
+    }
+    if (i == 6) {
+      v1::AttendRequest unknown = MakeRequest("nope", 4, kSmallWidth, 8);
+      unknown.set_request_id("bad-model");
+      sent.push_back(unknown);
+    }
+    good.push_back(Request(kSmallModel, 2 + i, 200 + i, absl::StrCat("g-", i)));
+    sent.push_back(good.back());
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  std::map<std::string, v1::AttendResponse> answers;
+  {
+    Writer writer(stream.get(), sent, /*writes_done=*/true);
+    answers = ReadAll(stream.get());
+    EXPECT_TRUE(writer.WaitAllWritten(kPatience));
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+
+  ASSERT_EQ(answers.count("bad-width"), 1u);
+  const v1::AttendResponse& bad_width = answers["bad-width"];
+  EXPECT_EQ(bad_width.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(bad_width.error().message(), HasSubstr("input.shape[1]"));
+  EXPECT_THAT(bad_width.error().message(), HasSubstr("expected d_model 16"));
+  EXPECT_THAT(bad_width.error().message(), HasSubstr("got 12"));
+  EXPECT_EQ(bad_width.model(), kSmallModel);
+  EXPECT_FALSE(bad_width.has_output());
+  EXPECT_FALSE(bad_width.has_timing());
+
+  ASSERT_EQ(answers.count("bad-model"), 1u);
+  const v1::AttendResponse& bad_model = answers["bad-model"];
+  EXPECT_EQ(bad_model.error().code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_THAT(bad_model.error().message(), HasSubstr("model"));
+  EXPECT_THAT(bad_model.error().message(), HasSubstr("nope"));
+  EXPECT_EQ(bad_model.model(), "nope");
+  EXPECT_FALSE(bad_model.has_output());
+
+  answers.erase("bad-width");
+  answers.erase("bad-model");
+  ExpectAllAnswered(good, answers);
+}
+
+TEST_F(StreamTest, ClientNotReadingPastTheInFlightLimitIsServedOnceItReads) {
+  Start();
+  const int count = server::AttendStreamReactor::kMaxInFlightPerStream + 44;
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    requests.push_back(Request(kSmallModel, 1 + i % 2, 300 + i, absl::StrCat("f-", i)));
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  std::map<std::string, v1::AttendResponse> answers;
+  {
+    Writer writer(stream.get(), requests, /*writes_done=*/true);
+    // Nothing is read until every message is written. The server stops reading at the in-flight
+    // limit only until its answers are written; these small answers fit the client's HTTP/2
+    // window, so the writes complete without the client reading.
+    EXPECT_TRUE(writer.WaitAllWritten(kPatience)) << writer.written() << " of " << count;
+    answers = ReadAll(stream.get());
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+  ExpectAllAnswered(requests, answers);
+}
+
+TEST_F(StreamTest, MessagesSentBackToBackShareAFullBatch) {
+  constexpr int64_t kDelayUs = 5'000'000;
+  server::ServerOptions options = TestServerOptions();
+  options.router.batching.max_queue_delay_us = kDelayUs;
+  options.router.batching.max_batch_sequences = 4;
+  Start(options);
+  std::vector<v1::AttendRequest> requests;
+  int64_t tokens = 0;
+  for (int i = 0; i < 4; ++i) {
+    v1::AttendRequest request = Request(kSmallModel, 2 + i, 400 + i, absl::StrCat("b-", i));
+    request.set_raw_output(false);  // Same batch key for all four.
+    tokens += 2 + i;
+    requests.push_back(request);
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  std::map<std::string, v1::AttendResponse> answers;
+  {
+    Writer writer(stream.get(), requests, /*writes_done=*/true);
+    answers = ReadAll(stream.get());
+    EXPECT_TRUE(writer.WaitAllWritten(kPatience));
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+  ExpectAllAnswered(requests, answers);
+  for (const auto& [id, answer] : answers) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(answer.timing().batch_sequences(), 4);
+    EXPECT_EQ(answer.timing().batch_tokens(), tokens);
+    // Released because it was full, not because the oldest waited out the delay.
+    EXPECT_LT(answer.timing().queue_us(), kDelayUs);
+  }
+}
+
+TEST_F(StreamTest, ClientCancellingMidStreamSeesCancelledAndTheServerGoesOn) {
+  Start();
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<v1::AttendRequest> requests;
+    for (int i = 0; i < 30; ++i) {
+      requests.push_back(
+          Request(kSmallModel, 1 + i % 8, 500 + i, absl::StrCat("c-", round, "-", i)));
+    }
+    grpc::ClientContext context;
+    std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+    {
+      Writer writer(stream.get(), requests, /*writes_done=*/false);
+      v1::AttendResponse response;
+      // Cancel after the first answer (round 0: before any), with more messages in flight.
+      if (round > 0) {
+        ASSERT_TRUE(stream->Read(&response));
+      }
+      context.TryCancel();
+      // The writer stops at its first failed write, if any.
+    }
+    v1::AttendResponse response;
+    while (stream->Read(&response)) {
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << StatusText(status);
+    ExpectUnaryServed();
+  }
+  // Every cancelled stream was finished on the server side: the drain has nothing to wait for.
+  absl::Notification stopped;
+  std::thread stopper([&] {
+    server().Shutdown(absl::Seconds(60));
+    stopped.Notify();
+  });
+  EXPECT_TRUE(stopped.WaitForNotificationWithTimeout(kPatience));
+  stopper.join();
+}
+
+TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
+  Start();
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    requests.push_back(Request(kSmallModel, 1 + i, 600 + i, absl::StrCat("d-", i)));
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  for (const v1::AttendRequest& request : requests) ASSERT_TRUE(stream->Write(request));
+  // Every message is accepted and answered; the client keeps the stream open (no WritesDone).
+  std::map<std::string, v1::AttendResponse> answers = ReadAll(stream.get(), 12);
+  ExpectAllAnswered(requests, answers);
+
+  // A grace period far longer than the test's patience: if the drain did not close the idle
+  // stream, the stream would be cancelled only at its end and the waits below would fail.
+  absl::Notification stopped;
+  std::thread stopper([&] {
+    server().Shutdown(absl::Seconds(120));
+    stopped.Notify();
+  });
+  v1::AttendResponse extra;
+  EXPECT_FALSE(stream->Read(&extra)) << "unexpected answer " << extra.request_id();
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+  EXPECT_TRUE(stopped.WaitForNotificationWithTimeout(kPatience));
+  stopper.join();
+}
+
+TEST_F(StreamTest, DrainWithMessagesInFlightAnswersEveryAcceptedOneThenEndsWithOk) {
+  server::ServerOptions options = TestServerOptions();
+  // Some messages wait in the batcher when the drain starts.
+  options.router.batching.max_queue_delay_us = 20'000;
+  Start(options);
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < 40; ++i) {
+    requests.push_back(Request(kSmallModel, 1 + i % 10, 700 + i, absl::StrCat("e-", i)));
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  for (const v1::AttendRequest& request : requests) ASSERT_TRUE(stream->Write(request));
+  v1::AttendResponse first;
+  ASSERT_TRUE(stream->Read(&first));  // At least one message was accepted.
+
+  absl::Notification stopped;
+  std::thread stopper([&] {
+    server().Shutdown(absl::Seconds(120));
+    stopped.Notify();
+  });
+  std::map<std::string, v1::AttendResponse> answers = ReadAll(stream.get());
+  answers.emplace(first.request_id(), first);
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+  EXPECT_TRUE(stopped.WaitForNotificationWithTimeout(kPatience));
+  stopper.join();
+
+  // Messages read before the drain are answered with the core's output; one read after it began
+  // is refused in-band with UNAVAILABLE; one never read gets no answer (the stream still ends
+  // OK, so the client knows which ids are missing).
+  int served = 0;
+  for (const v1::AttendRequest& request : requests) {
+    auto it = answers.find(request.request_id());
+    if (it == answers.end()) continue;
+    if (it->second.has_error()) {
+      EXPECT_EQ(it->second.error().code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE))
+          << request.request_id() << ": " << it->second.error().message();
+      continue;
+    }
+    ++served;
+    ExpectAnswers(request, it->second);
+  }
+  EXPECT_GE(served, 1);
+  EXPECT_LE(answers.size(), requests.size());
+}
+
+}  // namespace
+}  // namespace attnserve::testing
