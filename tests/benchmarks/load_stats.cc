@@ -1,0 +1,149 @@
+#include "tests/benchmarks/load_stats.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace attnserve::load {
+
+double MillisBetween(LoadClock::time_point start, LoadClock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+LoadBudget::LoadBudget(int64_t max_requests, std::optional<LoadClock::time_point> deadline)
+    : max_requests_(max_requests), deadline_(deadline) {}
+
+bool LoadBudget::TryTake() {
+  if (closed_.load(std::memory_order_relaxed)) return false;
+  if (deadline_.has_value() && LoadClock::now() >= *deadline_) {
+    closed_.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  if (max_requests_ > 0 && taken_.fetch_add(1, std::memory_order_relaxed) >= max_requests_) {
+    closed_.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  granted_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void LoadWorkGroup::Add(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_ += n;
+}
+
+void LoadWorkGroup::Done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--active_ == 0) cv_.notify_all();
+}
+
+void LoadWorkGroup::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return active_ == 0; });
+}
+
+LoadRecorder::LoadRecorder(int64_t sequences_per_request, int64_t tokens_per_request)
+    : sequences_per_request_(sequences_per_request), tokens_per_request_(tokens_per_request) {}
+
+void LoadRecorder::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  start_ = LoadClock::now();
+  start_cpu_s_ = ProcessCpuSeconds();
+}
+
+void LoadRecorder::RecordOk(double latency_ms, int64_t batch_sequences, int64_t batch_tokens,
+                            int64_t queue_us, int64_t compute_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  latencies_ms_.push_back(latency_ms);
+  sum_batch_sequences_ += static_cast<double>(batch_sequences);
+  sum_batch_tokens_ += static_cast<double>(batch_tokens);
+  sum_queue_us_ += static_cast<double>(queue_us);
+  sum_compute_us_ += static_cast<double>(compute_us);
+  if (batch_sequences > 0) {
+    const double share =
+        static_cast<double>(sequences_per_request_) / static_cast<double>(batch_sequences);
+    batches_ += share;
+    sum_batch_compute_us_ += share * static_cast<double>(compute_us);
+  }
+}
+
+void LoadRecorder::RecordError(int code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++errors_[StatusCodeName(code)];
+}
+
+LoadSummary LoadRecorder::Finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  LoadSummary summary;
+  summary.elapsed_s = std::chrono::duration<double>(LoadClock::now() - start_).count();
+  summary.client_cpu_s = ProcessCpuSeconds() - start_cpu_s_;
+  summary.ok = static_cast<int64_t>(latencies_ms_.size());
+  summary.errors = errors_;
+  if (summary.elapsed_s > 0) {
+    summary.rps = static_cast<double>(summary.ok) / summary.elapsed_s;
+    summary.tokens_per_s = summary.rps * static_cast<double>(tokens_per_request_);
+  }
+  if (summary.ok == 0) return summary;
+  std::vector<double> sorted = latencies_ms_;
+  std::sort(sorted.begin(), sorted.end());
+  summary.p50_ms = Percentile(sorted, 0.50);
+  summary.p90_ms = Percentile(sorted, 0.90);
+  summary.p99_ms = Percentile(sorted, 0.99);
+  summary.p999_ms = Percentile(sorted, 0.999);
+  summary.max_ms = sorted.back();
+  const double n = static_cast<double>(summary.ok);
+  summary.mean_ms = std::accumulate(sorted.begin(), sorted.end(), 0.0) / n;
+  summary.mean_batch_sequences = sum_batch_sequences_ / n;
+  summary.mean_batch_tokens = sum_batch_tokens_ / n;
+  summary.mean_queue_us = sum_queue_us_ / n;
+  summary.mean_compute_us = sum_compute_us_ / n;
+  summary.batches = batches_;
+  if (batches_ > 0) {
+    summary.batch_mean_sequences = n * static_cast<double>(sequences_per_request_) / batches_;
+  }
+  if (summary.elapsed_s > 0)
+    summary.compute_busy = sum_batch_compute_us_ * 1e-6 / summary.elapsed_s;
+  return summary;
+}
+
+std::string StatusCodeName(int code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  if (code >= 0 && code < static_cast<int>(std::size(kNames))) return kNames[code];
+  return "CODE_" + std::to_string(code);
+}
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double rank = std::ceil(q * static_cast<double>(sorted.size()));
+  const size_t index = static_cast<size_t>(std::max(1.0, rank)) - 1;
+  return sorted[std::min(index, sorted.size() - 1)];
+}
+
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+}  // namespace attnserve::load

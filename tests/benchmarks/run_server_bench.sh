@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# Server benchmark: starts attnserve (demo model) once per scenario, drives it with attnserve_load,
+# compares with the core alone (attnserve_load offline) and prints a markdown table against the
+# issue's targets:
+#   (a) T=16, concurrency 64: throughput with default batching vs --max-batch-sequences 1 (>= 4x)
+#   (b) T=128, concurrency 1: p50 latency vs the core alone, B=1 T=128 (<= +0.3 ms)
+#   (c) saturated throughput (T=128 and T=16, concurrency 64) vs the core's offline throughput at
+#       the batch size the server formed (sequences per batch, rounded) (>= 85 %)
+#
+# Usage: tests/benchmarks/run_server_bench.sh [build_dir]     (default: $BUILD_DIR or <repo>/build)
+# Environment: DURATION_S (seconds per load run, default 8), OFFLINE_S (per offline run, default 3),
+#   QUIET_WAIT_S (longest wait for the machine to go idle before each run, default 20),
+#   SERVER_FLAGS (extra flags for every server), LOAD_FLAGS (extra flags for every load run),
+#   KEEP_LOGS=1 (keep the temporary folder with the server logs and JSON results).
+# Needs python3 (free port, JSON). Takes ~2.5 minutes on 2 cores. Every run shares the machine's
+# cores: the "other" column shows the cores that processes other than server and driver (or the
+# hypervisor, as steal) kept busy during a run; figures with other > 0.1 are disturbed.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build_dir="${1:-${BUILD_DIR:-${repo_root}/build}}"
+server_bin="${build_dir}/server/attnserve"
+load_bin="${build_dir}/tests/benchmarks/attnserve_load"
+for binary in "${server_bin}" "${load_bin}"; do
+  if [[ ! -x "${binary}" ]]; then
+    echo "run_server_bench.sh: ${binary} not found; build it first:" >&2
+    echo "  cmake --build ${build_dir} -j2 --target attnserve attnserve_load" >&2
+    exit 1
+  fi
+done
+
+duration_s="${DURATION_S:-8}"
+offline_s="${OFFLINE_S:-3}"
+quiet_wait_s="${QUIET_WAIT_S:-20}"
+read -r -a server_extra <<<"${SERVER_FLAGS:-}"
+read -r -a load_extra <<<"${LOAD_FLAGS:-}"
+export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000
+
+work="$(mktemp -d -t attnserve-bench.XXXXXX)"
+server_pid=""
+cleanup() {
+  if [[ -n "${server_pid}" ]] && kill -0 "${server_pid}" 2>/dev/null; then
+    kill -TERM "${server_pid}" 2>/dev/null || true
+    wait "${server_pid}" 2>/dev/null || true
+  fi
+  if [[ "${KEEP_LOGS:-0}" == 1 ]]; then
+    echo "logs and results kept in ${work}" >&2
+  else
+    rm -rf "${work}"
+  fi
+}
+trap cleanup EXIT
+
+log() { echo "[run_server_bench] $*" >&2; }
+
+# /proc/stat's aggregate line: user nice system idle iowait irq softirq steal, in clock ticks.
+cpu_ticks() { head -1 /proc/stat | awk '{print $2, $3, $4, $5, $6, $7, $8, $9}'; }
+
+# Busy share of all cores, in percent, over half a second.
+cpu_busy_pct() {
+  local a b
+  a="$(cpu_ticks)"
+  sleep 0.5
+  b="$(cpu_ticks)"
+  python3 -c '
+import sys
+a, b = [int(x) for x in sys.argv[1].split()], [int(x) for x in sys.argv[2].split()]
+d = [y - x for x, y in zip(a, b)]
+print(round(100 * (sum(d) - d[3] - d[4]) / (sum(d) or 1)))' "${a}" "${b}"
+}
+
+# Waits (up to QUIET_WAIT_S) until other processes leave the cores idle; warns if they do not.
+wait_quiet() {
+  local name="$1" busy waited=0
+  while true; do
+    busy="$(cpu_busy_pct)"
+    if ((busy <= 10)); then return; fi
+    if ((waited >= quiet_wait_s)); then
+      log "WARNING: the machine is ${busy} % busy before ${name} (other processes)"
+      return
+    fi
+    sleep 1.5
+    waited=$((waited + 2))
+  done
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# CPU seconds (user + system) the server has used so far: "total batch", where batch counts its
+# unnamed threads (the batch thread, its OpenMP workers, main) and the rest is gRPC's named
+# threads (default-executor, nexting_thread, event_engine, ...), exited ones included.
+server_cpu_s() {
+  python3 -c '
+import glob, os, sys
+hz = os.sysconf("SC_CLK_TCK")
+def cpu(path):
+    fields = open(path).read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / hz
+batch = 0.0
+for task in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
+    try:
+        if open(f"{task}/comm").read().strip() == "attnserve":
+            batch += cpu(f"{task}/stat")
+    except OSError:
+        pass
+print(cpu(f"/proc/{sys.argv[1]}/stat"), batch)' "${server_pid}"
+}
+
+# start_server LOG [attnserve flags...]: the demo model on a free port (sets port, server_pid);
+# returns once it has answered one request.
+port=""
+start_server() {
+  local server_log="$1" attempt waited
+  shift
+  for attempt in 1 2 3; do
+    port="$(free_port)"
+    "${server_bin}" --grpc-address "127.0.0.1:${port}" \
+      --model-repository "${work}/no-such-repository" --model-poll-interval-s 0 \
+      "${server_extra[@]}" "$@" >"${server_log}" 2>&1 &
+    server_pid=$!
+    waited=0
+    while kill -0 "${server_pid}" 2>/dev/null && ! grep -q "listening" "${server_log}"; do
+      sleep 0.1
+      waited=$((waited + 1))
+      if ((waited > 600)); then
+        log "ERROR: attnserve did not start within 60 s"
+        cat "${server_log}" >&2
+        exit 1
+      fi
+    done
+    if kill -0 "${server_pid}" 2>/dev/null; then
+      "${load_bin}" run --target "127.0.0.1:${port}" --requests 1 --warmup-requests 0 \
+        --concurrency 1 --connect-timeout-s 30 --json >/dev/null
+      return
+    fi
+    wait "${server_pid}" || true # Exited: the port was taken meanwhile, or a real error.
+    server_pid=""
+    log "attnserve failed to start (attempt ${attempt}):"
+    cat "${server_log}" >&2
+  done
+  exit 1
+}
+
+# Sends SIGTERM and checks that the server drains and exits 0.
+stop_server() {
+  local rc=0
+  kill -TERM "${server_pid}"
+  wait "${server_pid}" || rc=$?
+  server_pid=""
+  if ((rc != 0)); then
+    log "ERROR: attnserve exited with ${rc} after SIGTERM"
+    exit 1
+  fi
+}
+
+# scenario NAME "SERVER FLAGS" LOAD FLAGS...: one server, one measured load run. Writes
+# ${work}/NAME.json: the load result, the server's CPU seconds, and the cores the whole machine
+# kept busy (what exceeds server + driver belongs to other processes or is the hypervisor's steal).
+scenario() {
+  local name="$1" server_flags="$2" cpu0 cpu1 ticks0 ticks1 rc=0
+  local -a sflags
+  shift 2
+  read -r -a sflags <<<"${server_flags}"
+  wait_quiet "${name}"
+  log "${name}: attnserve ${server_flags:-(defaults)} | attnserve_load run $*"
+  start_server "${work}/${name}.server.log" "${sflags[@]}"
+  cpu0="$(server_cpu_s)"
+  ticks0="$(cpu_ticks)"
+  "${load_bin}" run --target "127.0.0.1:${port}" --duration-s "${duration_s}" --requests 1000000 \
+    --json "${load_extra[@]}" "$@" >"${work}/${name}.load.json" || rc=$?
+  ticks1="$(cpu_ticks)"
+  cpu1="$(server_cpu_s)"
+  stop_server
+  if ((rc != 0)); then log "WARNING: ${name}: some requests failed (errors column)"; fi
+  python3 -c '
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+c0, c1 = [float(x) for x in sys.argv[2].split()], [float(x) for x in sys.argv[3].split()]
+r["server_cpu_s"] = c1[0] - c0[0]
+r["server_batch_cpu_s"] = c1[1] - c0[1]
+r["server_grpc_cpu_s"] = r["server_cpu_s"] - r["server_batch_cpu_s"]
+r["server_flags"] = sys.argv[4]
+a, b = [int(x) for x in sys.argv[5].split()], [int(x) for x in sys.argv[6].split()]
+d = [y - x for x, y in zip(a, b)]
+hz = os.sysconf("SC_CLK_TCK")
+wall = sum(d) / hz / os.cpu_count()
+busy = (sum(d) - d[3] - d[4]) / hz / wall
+ours = (r["server_cpu_s"] + r["client_cpu_s"]) / r["elapsed_s"]
+r["machine_busy_cores"] = busy
+r["other_cores"] = max(0.0, busy - ours)
+print(json.dumps(r))' "${work}/${name}.load.json" "${cpu0}" "${cpu1}" "${server_flags}" \
+    "${ticks0}" "${ticks1}" >"${work}/${name}.json"
+}
+
+# offline NAME FLAGS...: the core alone.
+offline() {
+  local name="$1"
+  shift
+  wait_quiet "${name}"
+  log "${name}: attnserve_load offline $*"
+  "${load_bin}" offline --duration-s "${offline_s}" --json "$@" >"${work}/${name}.json"
+}
+
+# Sequences per batch the server formed in a scenario, rounded (at least 1).
+batch_of() {
+  python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(max(1, round(r["server_timing"]["batch_mean_sequences"])))' "${work}/$1.json"
+}
+
+start_s=${SECONDS}
+# (a) batching on vs off, T=16, concurrency 64 (and on, over one AttendStream).
+scenario a_batched "" --seq-len 16 --concurrency 64
+scenario a_unbatched "--max-batch-sequences 1" --seq-len 16 --concurrency 64
+scenario a_stream "" --seq-len 16 --concurrency 64 --stream
+# (b) latency at concurrency 1, T=128: the default 1 ms queue delay, and none.
+scenario b_default "" --seq-len 128 --concurrency 1
+scenario b_nodelay "--max-queue-delay-us 0" --seq-len 128 --concurrency 1
+offline b_offline --sequences 1 --seq-len 128
+# (c) saturation at T=128, concurrency 64; one compute thread instead of two for comparison.
+scenario c_t128 "" --seq-len 128 --concurrency 64
+scenario c_t128_ct1 "--compute-threads 1" --seq-len 128 --concurrency 64
+offline c_t128_offline --sequences "$(batch_of c_t128)" --seq-len 128
+offline c_t128_ct1_offline --sequences "$(batch_of c_t128_ct1)" --seq-len 128 --compute-threads 1
+offline a_offline --sequences "$(batch_of a_batched)" --seq-len 16
+offline a_stream_offline --sequences "$(batch_of a_stream)" --seq-len 16
+elapsed_s=$((SECONDS - start_s))
+
+python3 - "${work}" "${elapsed_s}" "$(nproc)" <<'EOF'
+import json, sys
+work, elapsed, cores = sys.argv[1:4]
+names = ["a_batched", "a_unbatched", "a_stream", "b_default", "b_nodelay", "c_t128", "c_t128_ct1"]
+offline = ["b_offline", "c_t128_offline", "c_t128_ct1_offline", "a_offline", "a_stream_offline"]
+R = {n: json.load(open(f"{work}/{n}.json")) for n in names + offline}
+
+print(f"\n## attnserve server benchmark ({cores} cores, demo model d=512 h=8 fp32, unary raw "
+      f"unless noted, {elapsed} s)\n")
+print("| run | server flags | load | req/s | tokens/s | p50 / p99 / max ms | seq/batch "
+      "| queue / compute µs | in Forward | CPU µs/req: batch+OpenMP, gRPC, driver | other cores "
+      "| errors |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for n in names:
+    r = R[n]
+    t, lat = r["server_timing"], r["latency_ms"]
+    load = f"T={r['seq_len']} c={r['concurrency']}" + (" stream" if r["stream"] else "")
+    errors = ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0"
+    per_req = 1e6 / max(1, r["requests_ok"])
+    print(f"| {n} | {r['server_flags'] or 'defaults'} | {load} | {r['rps']:.0f} | "
+          f"{r['tokens_per_s']:.0f} | {lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f} | "
+          f"{t['batch_mean_sequences']:.1f} | {t['mean_queue_us']:.0f} / "
+          f"{t['mean_compute_us']:.0f} | {100 * t['compute_busy']:.0f} % | "
+          f"{r['server_batch_cpu_s'] * per_req:.0f}, {r['server_grpc_cpu_s'] * per_req:.0f}, "
+          f"{r['client_cpu_s'] * per_req:.0f} | "
+          f"{r['other_cores']:.2f} | {errors} |")
+print("\n| offline (core alone) | ms per pass p50 / mean | sequences/s | tokens/s |")
+print("|---|---|---|---|")
+for n in offline:
+    r = R[n]
+    threads = r["compute_threads"] or "default (2)"
+    print(f"| {n}: B={r['sequences']} T={r['seq_len']}, compute threads {threads} | "
+          f"{r['p50_ms']:.3f} / {r['mean_ms']:.3f} | {r['sequences_per_s']:.0f} | "
+          f"{r['tokens_per_s']:.0f} |")
+
+def ratio(n, o): return R[n]["tokens_per_s"] / R[o]["tokens_per_s"]
+def mark(ok): return "yes" if ok else "**no**"
+rows = []
+a = R["a_batched"]["rps"] / max(1e-9, R["a_unbatched"]["rps"])
+rows.append(("(a) T=16 c=64: batched / --max-batch-sequences 1 ≥ 4×", f"{a:.2f}×", a >= 4))
+a_s = R["a_stream"]["rps"] / max(1e-9, R["a_unbatched"]["rps"])
+rows.append(("(a) same, batched over AttendStream", f"{a_s:.2f}×", a_s >= 4))
+for n, what in [("b_default", "default 1 ms queue delay"), ("b_nodelay", "--max-queue-delay-us 0")]:
+    d = R[n]["latency_ms"]["p50"] - R["b_offline"]["p50_ms"]
+    rows.append((f"(b) T=128 c=1: p50 − core alone ≤ +0.3 ms, {what}", f"{d:+.3f} ms", d <= 0.3))
+for n, o, what in [("c_t128", "c_t128_offline", "T=128 c=64"),
+                   ("c_t128_ct1", "c_t128_ct1_offline", "T=128 c=64, 1 compute thread both"),
+                   ("a_batched", "a_offline", "T=16 c=64"),
+                   ("a_stream", "a_stream_offline", "T=16 c=64 AttendStream")]:
+    x = ratio(n, o)
+    rows.append((f"(c) {what} ≥ 85 % of offline at B={R[o]['sequences']}", f"{100 * x:.0f} %",
+                 x >= 0.85))
+print("\n| target | measured | met |")
+print("|---|---|---|")
+for what, value, ok in rows:
+    print(f"| {what} | {value} | {mark(ok)} |")
+disturbed = [n for n in names if R[n]["other_cores"] > 0.1]
+if disturbed:
+    print(f"\nWARNING: other processes used > 0.1 core during: {', '.join(disturbed)}")
+EOF
