@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,13 +75,16 @@ struct AttendTiming {
   int64_t batch_tokens = 0;
 };
 
-// The answer to one AttendWork, still packed without padding.
+// The answer to one AttendWork, still packed without padding. The spans view the whole batch's
+// buffers, which `storage` keeps alive: a batch's output is handed to its requests without a copy
+// per request, and copied once, into each response.
 struct AttendResult {
   // Σ T_i rows × d_model.
-  std::vector<float> output;
+  std::span<const float> output = {};
   // Empty unless return_weights: per sequence [num_heads, T_i, S_i], concatenated.
-  std::vector<float> weights;
-  AttendTiming timing;
+  std::span<const float> weights = {};
+  std::shared_ptr<const void> storage = nullptr;
+  AttendTiming timing = {};
 };
 
 }  // namespace attnserve::server

@@ -116,13 +116,21 @@ absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
                                       const std::vector<int64_t>& enqueue_us) {
   PackedBatch packed(tasks);
   const core::AttentionLayer& layer = *tasks.front()->work().model->layer;
+  const int64_t heads = layer.config().num_heads;
   const bool want_weights = tasks.front()->work().return_weights;
-  // A single task's result buffers serve as the batch's output directly.
-  std::vector<float> output(static_cast<size_t>(packed.rows() * packed.d_model()));
-  std::vector<float> weights;
-  if (want_weights) {
-    weights.resize(static_cast<size_t>(core::WeightsSize(layer.config(), packed.inputs())));
-  }
+  // The batch's answers, shared by its results: each request's rows are handed over as a view,
+  // and copied once, into its response. Not zeroed: the core writes every element.
+  struct Buffers {
+    std::unique_ptr<float[]> output, weights;
+  };
+  auto buffers = std::make_shared<Buffers>();
+  const size_t output_size = static_cast<size_t>(packed.rows() * packed.d_model());
+  const size_t weights_size =
+      want_weights ? static_cast<size_t>(core::WeightsSize(layer.config(), packed.inputs())) : 0;
+  buffers->output = std::make_unique_for_overwrite<float[]>(output_size);
+  if (want_weights) buffers->weights = std::make_unique_for_overwrite<float[]>(weights_size);
+  const std::span<float> output(buffers->output.get(), output_size);
+  const std::span<float> weights(buffers->weights.get(), weights_size);
 
   compute_slots_.acquire();
   const int64_t start_us = clock_->NowMicros();
@@ -132,44 +140,24 @@ absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
   compute_slots_.release();
   if (!status.ok()) return status;
 
-  AttendTiming timing{.compute_us = end_us - start_us,
-                      .batch_sequences = packed.sequences(),
-                      .batch_tokens = packed.rows()};
-  if (tasks.size() == 1) {
-    timing.queue_us = std::max<int64_t>(0, start_us - enqueue_us.front());
-    tasks.front()->Finish(
-        AttendResult{.output = std::move(output), .weights = std::move(weights), .timing = timing});
-    return absl::OkStatus();
-  }
+  const AttendTiming timing{.compute_us = end_us - start_us,
+                            .batch_sequences = packed.sequences(),
+                            .batch_tokens = packed.rows()};
   size_t output_at = 0, weights_at = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const AttendWork& work = tasks[i]->work();
-    AttendResult result;
-    result.output.assign(output.begin() + output_at,
-                         output.begin() + output_at + work.query.size());
+    AttendResult result{.storage = buffers, .timing = timing};
+    result.output = output.subspan(output_at, work.query.size());
     output_at += work.query.size();
     if (want_weights) {
-      const size_t size = static_cast<size_t>(layer.config().num_heads * ScoreElementsOf(work));
-      result.weights.assign(weights.begin() + weights_at, weights.begin() + weights_at + size);
+      const size_t size = static_cast<size_t>(heads * ScoreElementsOf(work));
+      result.weights = weights.subspan(weights_at, size);
       weights_at += size;
     }
-    result.timing = timing;
     result.timing.queue_us = std::max<int64_t>(0, start_us - enqueue_us[i]);
     tasks[i]->Finish(std::move(result));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<AttendResult> BatchRunner::RunOne(const AttendWork& work) {
-  absl::StatusOr<AttendResult> answer;
-  AttendTask task(AttendWork(work), INT64_MAX, nullptr,
-                  [&answer](const AttendWork&, absl::StatusOr<AttendResult> result) {
-                    answer = std::move(result);
-                  });
-  const int64_t now = clock_->NowMicros();
-  absl::Status status = RunTogether({&task}, {now});
-  if (!status.ok()) return status;
-  return answer;
 }
 
 }  // namespace attnserve::server

@@ -48,10 +48,6 @@ class BatchRunner {
   // Computes `batch` and finishes each of its tasks with its result or the error.
   void Run(Batch batch);
 
-  // Runs one forward pass over `work` on the calling thread and returns its result; used to
-  // warm a freshly loaded model up (oneDNN creates its kernels on first use).
-  absl::StatusOr<AttendResult> RunOne(const AttendWork& work);
-
   const BatchRunnerOptions& options() const { return options_; }
 
  private:

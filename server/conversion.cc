@@ -435,6 +435,25 @@ absl::Status CheckResultShape(const AttendWork& work, const AttendResult& result
   return absl::OkStatus();
 }
 
+// Sets the tensor's values or raw bytes to `source` in one copy (no zero-fill first).
+void AssignFloats(std::span<const float> source, bool raw, v1::Tensor* tensor) {
+  if (raw) {
+    tensor->mutable_raw()->assign(reinterpret_cast<const char*>(source.data()),
+                                  source.size_bytes());
+  } else {
+    tensor->mutable_values()->Add(source.begin(), source.end());
+  }
+}
+
+// Whether no sequence of `work` is padded: the packed result is then the response as it is.
+bool Unpadded(const AttendWork& work) {
+  for (size_t b = 0; b < work.query_lengths.size(); ++b) {
+    if (work.query_lengths[b] != work.padded_query_length) return false;
+    if (work.cross_attention && work.memory_lengths[b] != work.padded_memory_length) return false;
+  }
+  return true;
+}
+
 void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
   const int64_t d = work.model->config.attention.d_model;
   const int64_t t_pad = work.padded_query_length;
@@ -442,6 +461,10 @@ void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* 
   if (work.batched) tensor->add_shape(work.sequences());
   tensor->add_shape(t_pad);
   tensor->add_shape(d);
+  if (Unpadded(work)) {
+    AssignFloats(result.output, work.raw_output, tensor);
+    return;
+  }
   char* destination = AllocateFloats(tensor, work.sequences() * t_pad * d, work.raw_output);
   const float* source = result.output.data();
   for (int64_t b = 0; b < work.sequences(); ++b) {
@@ -460,6 +483,10 @@ void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor*
   tensor->Clear();
   if (work.batched) tensor->add_shape(work.sequences());
   for (int64_t dim : {heads, t_pad, s_pad}) tensor->add_shape(dim);
+  if (Unpadded(work)) {
+    AssignFloats(result.weights, work.raw_output, tensor);
+    return;
+  }
   char* destination =
       AllocateFloats(tensor, work.sequences() * heads * t_pad * s_pad, work.raw_output);
   const float* source = result.weights.data();
