@@ -1,9 +1,11 @@
 #include "server/model_router.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -26,20 +28,45 @@ batching::BatchingOptions ToBatchingOptions(const ModelLimits& limits, int num_b
           .num_batch_threads = num_batch_threads};
 }
 
-// A small request through the fresh model: oneDNN creates its kernels on first use (tens of ms),
-// which would otherwise land on the first caller.
-void WarmUp(BatchRunner& runner, const std::shared_ptr<const model::Model>& model) {
+// Runs a small request of `model` through `batcher` and waits for it: oneDNN creates its kernels
+// on first use (tens of ms), and the batch thread's executor builds its primitives, which would
+// otherwise land on the first caller. A failure is logged; the model serves anyway.
+void WarmUp(AttendBatcher& batcher, const std::shared_ptr<const model::Model>& model,
+            const ModelLimits& limits) {
   const int64_t d = model->config.attention.d_model;
+  const int64_t rows =
+      std::min<int64_t>({16, limits.request.max_sequence_length, limits.request.max_batch_tokens});
   AttendWork work;
   work.model = model;
-  work.query.assign(static_cast<size_t>(16 * d), 0.5f);
-  work.query_lengths = {16};
-  work.padded_query_length = 16;
-  work.padded_memory_length = 16;
-  absl::StatusOr<AttendResult> result = runner.RunOne(work);
-  if (!result.ok()) {
-    spdlog::warn("warm-up of model {} version {} failed: {}", model->name, model->version,
-                 result.status().ToString());
+  work.query.assign(static_cast<size_t>(rows * d), 0.5f);
+  work.query_lengths = {rows};
+  work.padded_query_length = rows;
+  work.padded_memory_length = rows;
+  absl::Notification done;
+  absl::Status outcome;
+  auto task =
+      std::make_unique<AttendTask>(std::move(work), batching::kNoDeadline, nullptr,
+                                   [&](const AttendWork&, absl::StatusOr<AttendResult> result) {
+                                     outcome = result.status();
+                                     done.Notify();
+                                   });
+  outcome = batcher.Schedule(&task);
+  if (outcome.ok()) {
+    done.WaitForNotification();
+  } else {
+    task->Release();
+  }
+  if (!outcome.ok()) {
+    spdlog::warn("model {} v{}: warm-up failed: {}", model->name, model->version,
+                 outcome.ToString());
+  }
+}
+
+void SetOptions(AttendBatcher& batcher, const batching::BatchingOptions& options,
+                const std::string& model) {
+  // Model configs are validated on load, so this cannot fail; say so if it ever does.
+  if (absl::Status updated = batcher.UpdateOptions(options); !updated.ok()) {
+    spdlog::error("model {}: batching options kept: {}", model, updated.ToString());
   }
 }
 
@@ -86,43 +113,44 @@ std::vector<model::ModelEvent> ModelRouter::Poll() {
 
 void ModelRouter::Sync() {
   absl::MutexLock sync_lock(&sync_mu_);
-  std::vector<std::shared_ptr<const model::Model>> serving = repository_->ServingModels();
-  std::vector<std::shared_ptr<AttendBatcher>> retired;
+  // Work out the next entries outside mu_: new models get a batcher, and every new version is
+  // warmed up through its batcher before requests can reach it.
+  std::map<std::string, Entry, std::less<>> next;
   std::vector<std::pair<std::string, bool>> changes;
-  // Warm new versions up before they take traffic.
-  for (const auto& model : serving) {
-    bool known_version;
+  for (const auto& model : repository_->ServingModels()) {
+    Entry entry{.model = model, .limits = LimitsFor(*model), .batcher = nullptr};
+    const batching::BatchingOptions options =
+        ToBatchingOptions(entry.limits, options_.batching.num_batch_threads);
+    std::shared_ptr<const model::Model> serving;
     {
       absl::ReaderMutexLock lock(&mu_);
-      auto it = entries_.find(model->name);
-      known_version = it != entries_.end() && it->second.model == model;
+      if (auto it = entries_.find(model->name); it != entries_.end()) {
+        entry.batcher = it->second.batcher;
+        serving = it->second.model;
+      }
     }
-    if (!known_version) WarmUp(*runner_, model);
+    // The warm-up request must not wait out max_queue_delay_us: it runs with no delay (for a
+    // reload, the old version's requests queued meanwhile are released early too).
+    batching::BatchingOptions no_delay = options;
+    no_delay.max_queue_delay_us = 0;
+    if (entry.batcher == nullptr) {
+      entry.batcher = MakeBatcher(no_delay);
+      changes.emplace_back(model->name, true);
+    } else if (serving != model) {
+      SetOptions(*entry.batcher, no_delay, model->name);
+    }
+    if (serving != model) WarmUp(*entry.batcher, model, entry.limits);
+    SetOptions(*entry.batcher, options, model->name);
+    next.emplace(model->name, std::move(entry));
   }
+  std::vector<std::shared_ptr<AttendBatcher>> retired;
   {
     absl::MutexLock lock(&mu_);
-    std::map<std::string, Entry, std::less<>> next;
-    for (const auto& model : serving) {
-      Entry entry{.model = model, .limits = LimitsFor(*model), .batcher = nullptr};
-      const batching::BatchingOptions options =
-          ToBatchingOptions(entry.limits, options_.batching.num_batch_threads);
-      auto it = entries_.find(model->name);
-      if (it != entries_.end()) {
-        entry.batcher = std::move(it->second.batcher);
-        // Model configs are validated on load, so this cannot fail; say so if it ever does.
-        if (absl::Status updated = entry.batcher->UpdateOptions(options); !updated.ok()) {
-          spdlog::error("model {}: batching options kept: {}", model->name, updated.ToString());
-        }
-        entries_.erase(it);
-      } else {
-        entry.batcher = MakeBatcher(options);
-        changes.emplace_back(model->name, true);
-      }
-      next.emplace(model->name, std::move(entry));
-    }
     for (auto& [name, entry] : entries_) {
-      retired.push_back(std::move(entry.batcher));
-      changes.emplace_back(name, false);
+      if (!next.contains(name)) {
+        retired.push_back(std::move(entry.batcher));
+        changes.emplace_back(name, false);
+      }
     }
     entries_ = std::move(next);
   }
