@@ -45,7 +45,7 @@ inline constexpr int64_t kMaxMessageBytes = (int64_t{1} << 31) - 1;
 // batching queue's.
 struct ModelLimits {
   RequestLimits request;
-  int64_t max_queue_delay_us = 1000;
+  int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 1024;
 };
 

@@ -18,8 +18,12 @@ struct BatchingOptions {
   // by Schedule. 8192 rows of d_model=512 floats is 16 MiB of input per batch.
   int64_t max_batch_tokens = 8192;
   // The longest the oldest task of a batch waits for a fuller batch, in microseconds. >= 0;
-  // 0 runs every batch as soon as a thread is free (tasks still batch while threads are busy).
-  int64_t max_queue_delay_us = 1000;
+  // 0 runs every batch as soon as a thread is free, and tasks still batch while the threads are
+  // busy: under load, batches grow by themselves with no wait added. The default is 0, as in
+  // TF Serving (batch_timeout_micros) and Triton (max_queue_delay_microseconds): on a CPU whose
+  // throughput gains little from a bigger batch, waiting only adds latency. Raise it when
+  // requests arrive in bursts and a fuller batch is worth the wait.
+  int64_t max_queue_delay_us = 0;
   // The most tasks (not sequences) waiting to join a batch. >= 1. Schedule refuses more with
   // ResourceExhausted at once rather than let latency grow without bound.
   int64_t max_queue_size = 1024;

@@ -20,7 +20,7 @@ TEST(BatchingOptionsTest, DefaultsAreValid) {
   EXPECT_TRUE(ValidateBatchingOptions(options).ok());
   EXPECT_EQ(options.max_batch_sequences, 64);
   EXPECT_EQ(options.max_batch_tokens, 8192);
-  EXPECT_EQ(options.max_queue_delay_us, 1000);
+  EXPECT_EQ(options.max_queue_delay_us, 0);
   EXPECT_EQ(options.max_queue_size, 1024);
   EXPECT_EQ(options.num_batch_threads, 1);
 }
