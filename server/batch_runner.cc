@@ -75,22 +75,35 @@ class PackedBatch {
   core::AttentionInputs inputs_;
 };
 
+// Floating-point work of one forward pass, in MFLOP: the projections (QKV, or Q plus KV over the
+// memory, and W_O) and the two attention products.
+int64_t EstimatedMflop(const core::AttentionConfig& config, const core::AttentionInputs& in) {
+  const double d = static_cast<double>(config.d_model);
+  const double rows = static_cast<double>(in.query.rows());
+  const double memory_rows = in.memory ? static_cast<double>(in.memory->rows()) : 0.0;
+  double flops = 2.0 * rows * d * d * (in.memory ? 1.0 : 3.0) + 2.0 * memory_rows * d * 2.0 * d;
+  if (config.HasOutputProjection()) flops += 2.0 * rows * d * d;
+  flops += 4.0 * static_cast<double>(core::ScoreElements(in)) * d;
+  return static_cast<int64_t>(flops / 1e6);
+}
+
 }  // namespace
 
 BatchRunner::BatchRunner(const BatchRunnerOptions& options, batching::Clock* clock)
     : options_(options),
       clock_(clock),
-      compute_slots_(std::max(1, options.max_concurrent_batches)) {}
+      budget_(options.compute_threads > 0 ? options.compute_threads : AvailableCores()) {}
 
-core::AttentionExecutor& BatchRunner::ThreadExecutor() {
-  // One executor per thread: it caches oneDNN primitives and scratch for the shapes it has seen
-  // and is not thread-safe. Batcher threads live as long as their batcher.
-  thread_local std::unique_ptr<core::AttentionExecutor> executor;
-  thread_local int executor_threads = -1;
-  if (!executor || executor_threads != options_.compute_threads) {
+core::AttentionExecutor& BatchRunner::ThreadExecutor(int threads) {
+  // One executor per thread and team size: an executor caches oneDNN primitives and scratch and
+  // is not thread-safe, and oneDNN primitives are built for the team size they run with.
+  // Batcher threads live as long as their batcher.
+  thread_local std::vector<std::unique_ptr<core::AttentionExecutor>> executors;
+  if (executors.size() <= static_cast<size_t>(threads)) executors.resize(threads + 1);
+  std::unique_ptr<core::AttentionExecutor>& executor = executors[threads];
+  if (executor == nullptr) {
     executor = std::make_unique<core::AttentionExecutor>(
-        core::ExecutorOptions{.compute_threads = options_.compute_threads});
-    executor_threads = options_.compute_threads;
+        core::ExecutorOptions{.compute_threads = threads});
   }
   return *executor;
 }
@@ -132,12 +145,17 @@ absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
   const std::span<float> output(buffers->output.get(), output_size);
   const std::span<float> weights(buffers->weights.get(), weights_size);
 
-  compute_slots_.acquire();
-  const int64_t start_us = clock_->NowMicros();
-  absl::Status status =
-      ThreadExecutor().Forward(layer, packed.inputs(), {.output = output, .weights = weights});
-  const int64_t end_us = clock_->NowMicros();
-  compute_slots_.release();
+  const bool parallel =
+      EstimatedMflop(layer.config(), packed.inputs()) >= options_.parallel_min_mflop;
+  int64_t start_us, end_us;
+  absl::Status status;
+  {
+    const ComputeGrant grant(budget_, parallel ? budget_.threads() : 1);
+    start_us = clock_->NowMicros();
+    status = ThreadExecutor(grant.threads())
+                 .Forward(layer, packed.inputs(), {.output = output, .weights = weights});
+    end_us = clock_->NowMicros();
+  }
   if (!status.ok()) return status;
 
   const AttendTiming timing{.compute_us = end_us - start_us,

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;
   }
-  attnserve::server::LogStartupSummary(**server, flags.server);
+  attnserve::server::LogStartupSummary(**server, (*server)->options());
 
   int received = 0;
   sigwait(&signals, &received);

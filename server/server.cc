@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/batching/batching_options.h"
+#include "server/compute_budget.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -31,10 +32,6 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "compute_threads: expected >= 0 (0 = one per core), got ", options.runner.compute_threads));
   }
-  if (options.runner.max_concurrent_batches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("max_concurrent_batches: expected >= 1, got ",
-                                                   options.runner.max_concurrent_batches));
-  }
   if (options.model_poll_interval_ms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model_poll_interval_ms: expected >= 0 (0 = off), got ", options.model_poll_interval_ms));
@@ -56,11 +53,22 @@ void LogModelEvents(const std::vector<model::ModelEvent>& events) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& requested) {
+  if (requested.router.batching.num_batch_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_batch_threads: expected >= 0 (0 = one per compute thread), got ",
+                     requested.router.batching.num_batch_threads));
+  }
+  ServerOptions options = requested;
+  if (options.runner.compute_threads == 0) options.runner.compute_threads = AvailableCores();
+  // One batch thread per compute thread, so that under load every compute thread has a batch.
+  if (options.router.batching.num_batch_threads == 0) {
+    options.router.batching.num_batch_threads = options.runner.compute_threads;
+  }
+  options.router.max_response_bytes = options.max_message_bytes;
   if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
-  server->options_.router.max_response_bytes = options.max_message_bytes;
 
   absl::StatusOr<std::unique_ptr<model::ModelRepository>> repository =
       model::ModelRepository::Open(options.repository);

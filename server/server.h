@@ -40,6 +40,9 @@ class Server {
 
   // The port the server listens on (the chosen one when the address asked for port 0).
   int port() const { return port_; }
+  // The options in force: as given, with compute_threads, num_batch_threads and
+  // max_response_bytes resolved.
+  const ServerOptions& options() const { return options_; }
   ModelRouter& router() { return *router_; }
 
   // Drains: health goes NOT_SERVING, new requests get UNAVAILABLE, every accepted request is

@@ -46,8 +46,8 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--batch-threads", batching.num_batch_threads,
-                 "Threads forming and running batches, per model")
-      ->check(CLI::Range(1, 64))
+                 "Threads forming and running batches, per model (0 = one per compute thread)")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--max-sequence-length", options.router.max_sequence_length,
                  "Default longest query or memory sequence a request may send")
@@ -55,12 +55,13 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
       ->capture_default_str();
 
   app.add_option("--compute-threads", options.runner.compute_threads,
-                 "OpenMP threads per forward pass (0 = OMP_NUM_THREADS, else one per core)")
+                 "Compute threads shared by all batches; one batch uses up to all of them (0 = "
+                 "the cores this process may use, or OMP_NUM_THREADS)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option("--max-concurrent-batches", options.runner.max_concurrent_batches,
-                 "Forward passes running at once across all models")
-      ->check(CLI::Range(1, 64))
+  app.add_option("--parallel-min-mflop", options.runner.parallel_min_mflop,
+                 "Batches with less work (MFLOP) run on one compute thread")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "Largest request or response message in bytes")

@@ -12,6 +12,12 @@
 
 namespace attnserve::server {
 
+inline ModelRouterOptions DefaultRouterOptions() {
+  ModelRouterOptions options;
+  options.batching.num_batch_threads = 0;
+  return options;
+}
+
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (Server::port() tells which).
   std::string grpc_address = "0.0.0.0:50051";
@@ -20,8 +26,9 @@ struct ServerOptions {
   // (models load once at start).
   int64_t model_poll_interval_ms = 5000;
   // Batching defaults, sequence limit, default model; max_response_bytes is set from
-  // max_message_bytes.
-  ModelRouterOptions router;
+  // max_message_bytes. router.batching.num_batch_threads: batch threads per model, 0 (the
+  // default here) = one per compute thread.
+  ModelRouterOptions router = DefaultRouterOptions();
   BatchRunnerOptions runner;
   // Largest request or response message, in bytes (gRPC's default of 4 MiB is one [2048, 512]
   // float32 tensor).

@@ -2,23 +2,14 @@
 
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "core/attention_config.h"
 #include "core/onednn_support.h"
+#include "server/compute_budget.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
 namespace {
-
-// What compute_threads = 0 resolves to: OMP_NUM_THREADS, else one per core.
-int EffectiveComputeThreads(int compute_threads) {
-  if (compute_threads > 0) return compute_threads;
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
-    return std::atoi(env);
-  }
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
 
 std::string EnvOr(const char* name, const char* fallback) {
   const char* value = std::getenv(name);
@@ -50,15 +41,15 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
         limits.request.max_sequence_length, limits.request.max_batch_sequences,
         limits.request.max_batch_tokens, limits.max_queue_delay_us, limits.max_queue_size);
   }
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
   spdlog::info("oneDNN {} ISA {}; OpenMP OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
                core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),
                EnvOr("GOMP_SPINCOUNT", "(unset)"));
   spdlog::info(
-      "threads: {} core(s); {} compute thread(s) per forward pass, {} pass(es) at once; {} batch "
-      "thread(s) per model; gRPC callback threads handle I/O and validation",
-      cores, EffectiveComputeThreads(options.runner.compute_threads),
-      options.runner.max_concurrent_batches, options.router.batching.num_batch_threads);
+      "threads: {} core(s) available; {} compute thread(s) shared by all batches (a batch under "
+      "{} MFLOP uses one); {} batch thread(s) per model; gRPC callback threads handle I/O and "
+      "validation",
+      AvailableCores(), options.runner.compute_threads, options.runner.parallel_min_mflop,
+      options.router.batching.num_batch_threads);
   if (options.model_poll_interval_ms > 0) {
     spdlog::info("watching the repository every {} ms for model changes",
                  options.model_poll_interval_ms);

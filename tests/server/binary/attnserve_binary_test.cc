@@ -71,8 +71,8 @@ TEST(AttnserveFlagsTest, HelpListsEveryFlagWithItsDefault) {
        {"--grpc-address TEXT=0.0.0.0:50051", "--model-repository", "--config", "--demo-model",
         "--default-model", "--model-poll-interval-s", "--max-batch-sequences", "--max-batch-tokens",
         "--max-queue-delay-us", "--max-queue-size", "--batch-threads", "--max-sequence-length",
-        "--compute-threads", "--max-concurrent-batches", "--max-message-bytes",
-        "--shutdown-grace-s", "--log-level", "--log-format"}) {
+        "--compute-threads", "--parallel-min-mflop", "--max-message-bytes", "--shutdown-grace-s",
+        "--log-level", "--log-format"}) {
     EXPECT_THAT(output, HasSubstr(flag));
   }
 }
@@ -107,7 +107,7 @@ TEST_F(AttnserveBinaryTest, StartupSummaryDescribesTheDemoModelAndTheMachine) {
   EXPECT_THAT(output, HasSubstr("parameters=1050624"));
   EXPECT_THAT(output, HasSubstr("max_batch_sequences=64"));
   EXPECT_THAT(output, HasSubstr("oneDNN 2."));
-  EXPECT_THAT(output, HasSubstr("1 compute thread(s) per forward pass"));
+  EXPECT_THAT(output, HasSubstr("1 compute thread(s) shared by all batches"));
   server->Signal(SIGTERM);
   EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
 }
