@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -135,15 +136,19 @@ void Server::Shutdown(absl::Duration grace) {
       shut_down_.Notify();
       return;
     }
+    const auto deadline = std::chrono::system_clock::now() + absl::ToChronoMicroseconds(grace);
     grpc_server_->GetHealthCheckService()->Shutdown();  // Everything NOT_SERVING, for good.
     service_->BeginDrain();  // New requests: UNAVAILABLE; idle streams finish.
     poller_.reset();
-    // Computes every accepted request now, without waiting out max_queue_delay_us, and answers
-    // it; afterwards the batchers refuse work.
-    router_->DrainAll();
-    // Waits for the answers to be sent; RPCs still open at the deadline (streams whose client
-    // keeps them open) are cancelled.
-    grpc_server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMicroseconds(grace));
+    // Computes every accepted request at once, without waiting out max_queue_delay_us, and
+    // answers it; afterwards the batchers refuse work.
+    std::thread drainer([this] { router_->DrainAll(); });
+    // Waits for every RPC to be answered. Whatever is still open at the deadline is cancelled:
+    // streams whose client keeps them open, and requests the drain has not reached yet, which the
+    // batchers then drop instead of computing. So shutdown takes at most the grace period plus
+    // the batches already computing.
+    grpc_server_->Shutdown(deadline);
+    drainer.join();
     shut_down_.Notify();
   });
 }
