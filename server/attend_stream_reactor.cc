@@ -38,6 +38,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
           absl::Status filled =
               result.ok() ? FillAttendResponse(work, *result, response.get()) : result.status();
           if (!filled.ok()) {
+            LogFailure(work.model->name, work.request_id, filled);
             FillErrorResponse(work.model->name, work.request_id, filled, response.get());
           }
           OnAnswer(std::move(response));

@@ -23,6 +23,24 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+void LogFailure(std::string_view model, std::string_view request_id, const absl::Status& status) {
+  switch (status.code()) {
+    // The server's own failures, which an operator must see: compute errors, scratch memory.
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnknown:
+      spdlog::warn("Attend model={} request_id={} failed: {}", model, request_id,
+                   status.ToString());
+      break;
+    // The caller's doing (deadline, cancellation) or the server draining: routine, and a busy
+    // client could flood the log with them.
+    default:
+      spdlog::debug("Attend model={} request_id={} failed: {}", model, request_id,
+                    status.ToString());
+  }
+}
+
 AttentionService::AttentionService(ModelRouter* router, batching::Clock* clock)
     : router_(router), clock_(clock) {}
 
@@ -74,8 +92,7 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
       *request, context,
       [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
         if (!result.ok()) {
-          spdlog::debug("Attend model={} request_id={} failed: {}", work.model->name,
-                        work.request_id, result.status().ToString());
+          LogFailure(work.model->name, work.request_id, result.status());
           reactor->Finish(ToGrpcStatus(result.status()));
           return;
         }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -25,6 +26,11 @@
 namespace attnserve::server {
 
 class AttendStreamReactor;
+
+// Logs a request that was accepted but failed: at warn level when the server is at fault
+// (Internal, OutOfRange from compute, ResourceExhausted from scratch memory), at debug level
+// otherwise (deadline, cancellation, shutdown).
+void LogFailure(std::string_view model, std::string_view request_id, const absl::Status& status);
 
 class AttentionService final : public v1::AttentionService::CallbackService {
  public:

@@ -142,6 +142,29 @@ TEST_F(AttnserveBinaryTest, JsonLogLinesAreJsonObjects) {
   EXPECT_THAT(server->Output(), HasSubstr(R"("msg":"SIGINT received)"));
 }
 
+TEST_F(AttnserveBinaryTest, ARequestTheServerFailsIsAnsweredAndLoggedAtWarn) {
+  std::unique_ptr<ChildProcess> server = StartServer({});
+  ASSERT_NE(server, nullptr);
+  v1::AttendRequest request;
+  request.set_request_id("too-big");
+  request.mutable_input()->add_shape(4);
+  request.mutable_input()->add_shape(512);
+  // Finite, so it passes validation, but its attention scores overflow fp32.
+  for (int j = 0; j < 4 * 512; ++j) request.mutable_input()->add_values(3e37f);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::AttendResponse response;
+  const grpc::Status status = Stub()->Attend(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  const std::optional<std::string> logged =
+      server->WaitForLine("request_id=too-big failed", kStartTimeout);
+  ASSERT_TRUE(logged.has_value()) << server->Output();
+  EXPECT_THAT(*logged, HasSubstr("warn"));
+  EXPECT_THAT(*logged, HasSubstr("model=demo"));
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
 TEST_F(AttnserveBinaryTest, SigtermAnswersEveryAcceptedRequestThenExitsZero) {
   // Batches are held back a minute, so the requests are still queued when SIGTERM arrives.
   std::unique_ptr<ChildProcess> server =
