@@ -31,6 +31,19 @@ server::ServerOptions HeldBackOptions(int64_t max_batch_sequences, int64_t max_q
 
 class BatchingTest : public ServerTest {
  protected:
+  // Sends requests of 3 and 5 rows (with max_batch_sequences 2) and expects exactly those two in
+  // one batch: a request queued before them was dropped, not computed.
+  void ExpectTheNextTwoRequestsShareABatch() {
+    AsyncCall b(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
+    AsyncCall c(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
+    for (AsyncCall* call : {&b, &c}) {
+      ASSERT_TRUE(call->Wait());
+      ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+      EXPECT_EQ(call->response().timing().batch_sequences(), 2);
+      EXPECT_EQ(call->response().timing().batch_tokens(), 3 + 5);
+    }
+  }
+
   // Waits (bounded) until the model's queue holds `size` requests.
   void WaitForQueueSize(int64_t size) {
     absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
@@ -95,15 +108,8 @@ TEST_F(BatchingTest, RequestPastItsDeadlineIsNotComputed) {
   ASSERT_TRUE(expired.Wait());
   EXPECT_EQ(expired.status().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 
-  // Had the expired request (7 rows) been computed, it would have filled a batch with `b`.
-  AsyncCall b(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
-  AsyncCall c(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
-  for (AsyncCall* call : {&b, &c}) {
-    ASSERT_TRUE(call->Wait());
-    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
-    EXPECT_EQ(call->response().timing().batch_sequences(), 2);
-    EXPECT_EQ(call->response().timing().batch_tokens(), 3 + 5);
-  }
+  // Had the expired request (7 rows) been computed, it would have filled a batch with the next.
+  ExpectTheNextTwoRequestsShareABatch();
 }
 
 TEST_F(BatchingTest, CancelledRequestIsNotComputed) {
@@ -114,15 +120,8 @@ TEST_F(BatchingTest, CancelledRequestIsNotComputed) {
   ASSERT_TRUE(cancelled.Wait());
   EXPECT_EQ(cancelled.status().error_code(), grpc::StatusCode::CANCELLED);
 
-  // The cancellation travels on the same connection ahead of these calls.
-  AsyncCall b(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
-  AsyncCall c(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
-  for (AsyncCall* call : {&b, &c}) {
-    ASSERT_TRUE(call->Wait());
-    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
-    EXPECT_EQ(call->response().timing().batch_sequences(), 2);
-    EXPECT_EQ(call->response().timing().batch_tokens(), 3 + 5);
-  }
+  // The cancellation travels on the same connection ahead of the next calls.
+  ExpectTheNextTwoRequestsShareABatch();
 }
 
 TEST_F(BatchingTest, IncompatibleRequestsRunInSeparateBatches) {

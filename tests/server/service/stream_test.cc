@@ -91,6 +91,23 @@ class StreamTest : public ServerTest {
     for (const std::string model : {kSmallModel, kSingleModel}) layers_[model] = Layer(model);
   }
 
+  // Sends `requests` on a fresh stream while reading, half-closes, and returns every answer by
+  // request_id; the stream must end with OK.
+  std::map<std::string, v1::AttendResponse> Exchange(
+      const std::vector<v1::AttendRequest>& requests) {
+    grpc::ClientContext context;
+    std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+    std::map<std::string, v1::AttendResponse> answers;
+    {
+      Writer writer(stream.get(), requests, /*writes_done=*/true);
+      answers = ReadAll(stream.get());
+      EXPECT_TRUE(writer.WaitAllWritten(kPatience));
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_TRUE(status.ok()) << StatusText(status);
+    return answers;
+  }
+
   // A self-attention request for `model` of `length` rows, values from `seed`, id `id`.
   static v1::AttendRequest Request(const std::string& model, int64_t length, uint64_t seed,
                                    const std::string& id) {
@@ -150,16 +167,7 @@ TEST_F(StreamTest, ManyMessagesInFlightAreAllAnsweredByRequestId) {
     const std::string model = i % 5 == 4 ? kSingleModel : kSmallModel;
     requests.push_back(Request(model, 1 + (i * 7) % 20, 100 + i, absl::StrCat("m-", i)));
   }
-  grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
-  std::map<std::string, v1::AttendResponse> answers;
-  {
-    Writer writer(stream.get(), requests, /*writes_done=*/true);
-    answers = ReadAll(stream.get());
-    EXPECT_TRUE(writer.WaitAllWritten(kPatience));
-  }
-  const grpc::Status status = stream->Finish();
-  EXPECT_TRUE(status.ok()) << StatusText(status);
+  const std::map<std::string, v1::AttendResponse> answers = Exchange(requests);
   ExpectAllAnswered(requests, answers);
 }
 
@@ -192,16 +200,7 @@ TEST_F(StreamTest, BadMessagesAreAnsweredInBandAndTheStreamGoesOn) {
     good.push_back(Request(kSmallModel, 2 + i, 200 + i, absl::StrCat("g-", i)));
     sent.push_back(good.back());
   }
-  grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
-  std::map<std::string, v1::AttendResponse> answers;
-  {
-    Writer writer(stream.get(), sent, /*writes_done=*/true);
-    answers = ReadAll(stream.get());
-    EXPECT_TRUE(writer.WaitAllWritten(kPatience));
-  }
-  const grpc::Status status = stream->Finish();
-  EXPECT_TRUE(status.ok()) << StatusText(status);
+  std::map<std::string, v1::AttendResponse> answers = Exchange(sent);
 
   ASSERT_EQ(answers.count("bad-width"), 1u);
   const v1::AttendResponse& bad_width = answers["bad-width"];
@@ -263,16 +262,7 @@ TEST_F(StreamTest, MessagesSentBackToBackShareAFullBatch) {
     tokens += 2 + i;
     requests.push_back(request);
   }
-  grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
-  std::map<std::string, v1::AttendResponse> answers;
-  {
-    Writer writer(stream.get(), requests, /*writes_done=*/true);
-    answers = ReadAll(stream.get());
-    EXPECT_TRUE(writer.WaitAllWritten(kPatience));
-  }
-  const grpc::Status status = stream->Finish();
-  EXPECT_TRUE(status.ok()) << StatusText(status);
+  const std::map<std::string, v1::AttendResponse> answers = Exchange(requests);
   ExpectAllAnswered(requests, answers);
   for (const auto& [id, answer] : answers) {
     SCOPED_TRACE(id);
