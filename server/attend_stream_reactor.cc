@@ -121,7 +121,10 @@ void AttendStreamReactor::DecideLocked(Actions* actions) {
     writing_ = true;
     actions->write = pending_.front().get();
   }
-  if (reads_done_ && in_flight_ == 0 && pending_.empty() && !writing_) {
+  // After a failed write no read is started (above), so once the outstanding read is done no
+  // message can come: a client that left while reading was paused must not leave the stream open.
+  const bool no_more_reads = reads_done_ || (write_failed_ && !reading_);
+  if (no_more_reads && in_flight_ == 0 && pending_.empty() && !writing_) {
     finished_ = true;
     actions->finish = true;
   }

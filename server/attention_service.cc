@@ -153,6 +153,11 @@ void AttentionService::RegisterStream(AttendStreamReactor* stream) {
   streams_.insert(stream);
 }
 
+int AttentionService::OpenStreams() {
+  absl::MutexLock lock(&streams_mu_);
+  return static_cast<int>(streams_.size());
+}
+
 void AttentionService::UnregisterStream(AttendStreamReactor* stream) {
   absl::MutexLock lock(&streams_mu_);
   streams_.erase(stream);

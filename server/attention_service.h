@@ -65,6 +65,8 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // Open streams register so BeginDrain can close them (attend_stream_reactor.h).
   void RegisterStream(AttendStreamReactor* stream);
   void UnregisterStream(AttendStreamReactor* stream);
+  // AttendStream calls not yet finished.
+  int OpenStreams();
 
  private:
   // The deadline of `context` on the batcher clock (INT64_MAX when none).

@@ -44,6 +44,7 @@ class Server {
   // max_response_bytes resolved.
   const ServerOptions& options() const { return options_; }
   ModelRouter& router() { return *router_; }
+  AttentionService& service() { return *service_; }
 
   // Drains: health goes NOT_SERVING, new requests get UNAVAILABLE, every accepted request is
   // computed and answered, then the server stops. RPCs still open after `grace` (e.g. streams

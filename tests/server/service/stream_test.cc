@@ -311,6 +311,43 @@ TEST_F(StreamTest, ClientCancellingMidStreamSeesCancelledAndTheServerGoesOn) {
   stopper.join();
 }
 
+TEST_F(StreamTest, AClientLeavingWhileReadingIsPausedDoesNotLeaveTheStreamOpen) {
+  // Answers are held back a second, so the server stops reading at its in-flight limit.
+  server::ServerOptions options = TestServerOptions();
+  options.router.batching.max_queue_delay_us = 1'000'000;
+  options.router.batching.max_queue_size = 4096;
+  options.router.batching.max_batch_sequences = 4096;
+  options.router.batching.max_batch_tokens = 1 << 20;
+  Start(options);
+  const int limit = server::AttendStreamReactor::kMaxInFlightPerStream;
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < limit + 20; ++i) {
+    requests.push_back(Request(kSmallModel, 1, 600 + i, absl::StrCat("p-", i)));
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  {
+    Writer writer(stream.get(), requests, /*writes_done=*/false);
+    absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
+    ASSERT_TRUE(route.ok());
+    const absl::Time give_up = absl::Now() + kPatience;
+    while (route->batcher->QueueSize() < limit) {
+      ASSERT_LT(absl::Now(), give_up) << "queued " << route->batcher->QueueSize();
+      std::this_thread::yield();
+    }
+    EXPECT_EQ(server().service().OpenStreams(), 1);
+    context.TryCancel();  // Leaves with 256 messages in flight and the rest unread.
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Once the held-back batch is dropped (its caller is gone), the server finishes the stream.
+  const absl::Time give_up = absl::Now() + kPatience;
+  while (server().service().OpenStreams() != 0) {
+    ASSERT_LT(absl::Now(), give_up) << "the stream is still open on the server";
+    std::this_thread::yield();
+  }
+  ExpectUnaryServed();
+}
+
 TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
   Start();
   std::vector<v1::AttendRequest> requests;
