@@ -154,11 +154,12 @@ void ModelRouter::Sync() {
     }
     entries_ = std::move(next);
   }
-  // Outside the lock: draining computes whatever the unloaded models still had queued.
-  for (auto& batcher : retired) batcher->Drain();
+  // Health first, so that load balancers stop sending to an unloaded model; then, outside the
+  // lock, draining computes whatever it still had queued.
   if (listener_) {
     for (const auto& [name, serving_now] : changes) listener_(name, serving_now);
   }
+  for (auto& batcher : retired) batcher->Drain();
 }
 
 void ModelRouter::DrainAll() {
