@@ -1,0 +1,94 @@
+#include "tests/server/conversion/conversion_test_support.h"
+
+#include <bit>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "core/attention_config.h"
+#include "core/attention_layer.h"
+#include "core/attention_weights.h"
+#include "gtest/gtest.h"
+
+namespace attnserve::testing {
+
+std::shared_ptr<const model::Model> TinyModel() {
+  static const std::shared_ptr<const model::Model> tiny = [] {
+    const core::AttentionConfig config{.d_model = kD, .num_heads = kHeads, .bias = true};
+    auto layer = core::AttentionLayer::Create(config, core::MakeRandomWeights(config, 7));
+    EXPECT_TRUE(layer.ok()) << layer.status();
+    auto model = std::make_shared<model::Model>();
+    model->name = "tiny";
+    model->config.attention = config;
+    model->layer = layer.ok() ? *layer : nullptr;
+    model->source = "embedded";
+    model->version = 3;
+    return std::shared_ptr<const model::Model>(std::move(model));
+  }();
+  return tiny;
+}
+
+std::vector<float> Sequential(int64_t count, float start) {
+  std::vector<float> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) values[i] = start + static_cast<float>(i);
+  return values;
+}
+
+void SetTensor(v1::Tensor* tensor, const std::vector<int64_t>& shape,
+               const std::vector<float>& values, bool raw) {
+  tensor->Clear();
+  for (int64_t dim : shape) tensor->add_shape(dim);
+  if (raw) {
+    tensor->set_raw(
+        std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  } else {
+    tensor->mutable_values()->Add(values.begin(), values.end());
+  }
+}
+
+void SetSequential(v1::Tensor* tensor, const std::vector<int64_t>& shape, float start, bool raw) {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  SetTensor(tensor, shape, Sequential(count, start), raw);
+}
+
+std::vector<float> RawFloats(const v1::Tensor& tensor) {
+  std::vector<float> values(tensor.raw().size() / sizeof(float));
+  std::memcpy(values.data(), tensor.raw().data(), values.size() * sizeof(float));
+  return values;
+}
+
+std::vector<uint32_t> Bits(const std::vector<float>& values) {
+  std::vector<uint32_t> bits;
+  for (float value : values) bits.push_back(std::bit_cast<uint32_t>(value));
+  return bits;
+}
+
+v1::AttendRequest Rank3Request() {
+  v1::AttendRequest request;
+  SetSequential(request.mutable_input(), {2, 3, kD});
+  request.add_lengths(3);
+  request.add_lengths(2);
+  SetSequential(request.mutable_memory(), {2, 4, kD}, 1000.0f);
+  request.add_memory_lengths(4);
+  request.add_memory_lengths(1);
+  SetTensor(request.mutable_attn_mask(), {2, 3, 4}, std::vector<float>(24, 1.0f));
+  request.add_head_mask(true);
+  request.add_head_mask(false);
+  request.set_return_weights(true);
+  return request;
+}
+
+v1::AttendRequest Rank2Request() {
+  v1::AttendRequest request;
+  SetSequential(request.mutable_input(), {3, kD});
+  SetTensor(request.mutable_attn_mask(), {3, 3}, std::vector<float>(9, 1.0f));
+  return request;
+}
+
+absl::StatusOr<server::AttendWork> Parse(const v1::AttendRequest& request,
+                                         const server::RequestLimits& limits) {
+  return server::ParseAttendRequest(request, TinyModel(), limits);
+}
+
+}  // namespace attnserve::testing
