@@ -116,7 +116,8 @@ class Batcher {
   //   InvalidArgument: task or *task is null, sequences() or tokens() is below 1, or the task
   //       alone exceeds max_batch_sequences or max_batch_tokens (the message names the option,
   //       its value and the task's).
-  //   ResourceExhausted: max_queue_size tasks are already queued (named, with its value).
+  //   ResourceExhausted: max_queue_size tasks are already queued (named, with its value), after
+  //       any whose CheckAdmissible fails were removed (and handed to drop_task).
   //   Unavailable: Drain has begun.
   absl::Status Schedule(std::unique_ptr<Task>* task) {
     if (task == nullptr || *task == nullptr) {
@@ -145,6 +146,13 @@ class Batcher {
         return absl::InvalidArgumentError(absl::StrCat("task has ", tokens,
                                                        " tokens, more than max_batch_tokens (",
                                                        options_.max_batch_tokens, ")"));
+      }
+      if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
+        // Tasks whose caller is gone (deadline, cancellation) must not keep live ones out: with
+        // a long max_queue_delay_us they would otherwise wait for the next batch to be dropped.
+        const size_t before = purged_.size();
+        RemoveInadmissible(clock_->NowMicros(), &purged_);
+        if (purged_.size() != before) cv_.notify_all();  // A batch thread hands them back.
       }
       if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
         return absl::ResourceExhaustedError(absl::StrCat("batch queue is full: max_queue_size (",
@@ -269,6 +277,16 @@ class Batcher {
   void Run() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
+      if (!purged_.empty()) {  // Removed by Schedule to make room: answer them here.
+        std::vector<DroppedTask> purged = std::move(purged_);
+        purged_.clear();
+        lock.unlock();
+        for (DroppedTask& dropped : purged) {
+          drop_task_(std::move(dropped.task), std::move(dropped.status));
+        }
+        lock.lock();
+        continue;
+      }
       if (queue_.empty()) {
         if (draining_) return;
         clock_->WaitUntil(cv_, lock, kNoDeadline);
@@ -291,23 +309,29 @@ class Batcher {
     }
   }
 
-  // Removes inadmissible tasks, then takes the first ready batch (in the order of each key's
-  // oldest task) out of the queue. Three linear passes; queue_ holds at most max_queue_size.
-  Formed FormBatch(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Formed formed;
-    // 1. Drop what may no longer run, so it neither fills nor delays a batch.
+  // Moves every queued task whose CheckAdmissible(now_us) is not OK to `dropped`.
+  void RemoveInadmissible(int64_t now_us, std::vector<DroppedTask>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     size_t kept = 0;
     for (size_t i = 0; i < queue_.size(); ++i) {
       absl::Status status = queue_[i].task->CheckAdmissible(now_us);
       if (!status.ok()) {
         Forget(*queue_[i].task);
-        formed.dropped.push_back(DroppedTask{std::move(queue_[i].task), std::move(status)});
+        dropped->push_back(DroppedTask{std::move(queue_[i].task), std::move(status)});
         continue;
       }
       if (kept != i) queue_[kept] = std::move(queue_[i]);
       ++kept;
     }
     queue_.resize(kept);
+  }
+
+  // Removes inadmissible tasks, then takes the first ready batch (in the order of each key's
+  // oldest task) out of the queue. Three linear passes; queue_ holds at most max_queue_size.
+  Formed FormBatch(int64_t now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Formed formed;
+    // 1. Drop what may no longer run, so it neither fills nor delays a batch.
+    RemoveInadmissible(now_us, &formed.dropped);
 
     // 2. The first key (by oldest task) that is ready; otherwise when the earliest will be.
     const uint64_t scan = ++scan_count_;
@@ -330,7 +354,7 @@ class Batcher {
     Batch& batch = formed.batch;
     batch.start_us = now_us;
     const std::string_view key = *ready_key;  // Owned by a task, which never moves.
-    kept = 0;
+    size_t kept = 0;
     for (size_t i = 0; i < queue_.size(); ++i) {
       Task& task = *queue_[i].task;
       const bool fits = batch.tasks.empty() ||
@@ -366,6 +390,9 @@ class Batcher {
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);  // Arrival order.
   absl::flat_hash_map<std::string, KeyTotals> queued_by_key_ ABSL_GUARDED_BY(mu_);
   uint64_t scan_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Inadmissible tasks Schedule removed from a full queue, for a batch thread to hand to
+  // drop_task (callbacks never run on the caller's thread).
+  std::vector<DroppedTask> purged_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -329,6 +329,42 @@ TEST_F(BatcherTest, FullQueueIsRejectedAtOnceAndCallerKeepsTheTask) {
   EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(1, 2)));
 }
 
+TEST_F(BatcherTest, AFullQueueFirstDropsTasksThatMayNoLongerRun) {
+  // The only thread is held in a batch, so nothing but Schedule looks at the queue.
+  absl::Notification blocker_started;
+  absl::Notification release_blocker;
+  // One-sequence batches are full at once, so the blocker runs without waiting for the delay.
+  Start({.max_batch_sequences = 1, .max_queue_delay_us = kLongDelayUs, .max_queue_size = 2},
+        [&](TestBatcher::Batch batch) {
+          if (batch.tasks[0]->id == 0) {
+            blocker_started.Notify();
+            release_blocker.WaitForNotification();
+          }
+          recorder_.Record(std::move(batch));
+        });
+  ASSERT_TRUE(Schedule(MakeTask(0, 1, 1, "blocker")).ok());
+  ASSERT_TRUE(blocker_started.WaitForNotificationWithTimeout(kTimeout));
+  for (int id : {1, 2}) {
+    auto expiring = MakeTask(id);
+    expiring->deadline_us = 50;
+    ASSERT_TRUE(Schedule(std::move(expiring)).ok());
+  }
+  auto live = MakeTask(3);
+  EXPECT_EQ(batcher_->Schedule(&live).code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_NE(live, nullptr);
+
+  clock_.AdvanceMicros(60);  // Tasks 1 and 2 are past their deadline, still queued.
+  EXPECT_TRUE(batcher_->Schedule(&live).ok());
+  EXPECT_EQ(batcher_->QueueSize(), 1);
+  release_blocker.Notify();
+  ASSERT_TRUE(recorder_.WaitForDrops(2));
+  for (const RecordedDrop& drop : recorder_.drops()) {
+    EXPECT_EQ(drop.status.code(), absl::StatusCode::kDeadlineExceeded) << drop.id;
+  }
+  batcher_->Drain();
+  EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(0), ElementsAre(3)));
+}
+
 TEST_F(BatcherTest, OversizedOrMalformedTasksAreInvalidAndKeptByCaller) {
   Start({.max_batch_sequences = 4, .max_batch_tokens = 10});
   auto too_many_sequences = MakeTask(1, /*sequences=*/5);
