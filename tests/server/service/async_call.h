@@ -29,6 +29,8 @@ class AsyncCall {
   }
   // Waits for the answer (at most 60 s, so a hang fails the test instead of blocking it).
   bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+  // Whether the answer came within `timeout`.
+  bool WaitFor(absl::Duration timeout) { return done_.WaitForNotificationWithTimeout(timeout); }
   void Cancel() { context_.TryCancel(); }
 
   const grpc::Status& status() const { return status_; }

@@ -113,15 +113,30 @@ TEST_F(BatchingTest, RequestPastItsDeadlineIsNotComputed) {
 }
 
 TEST_F(BatchingTest, CancelledRequestIsNotComputed) {
-  StartServer(HeldBackOptions(/*max_batch_sequences=*/2));
+  // One queue slot: the cancelled request holds it until the server has seen the cancellation
+  // (which reaches it asynchronously); then a full queue drops it to make room.
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/2, /*max_queue_size=*/1));
   AsyncCall cancelled(stub(), MakeRequest(kSmallModel, 7, kSmallWidth, 1));
   WaitForQueueSize(1);
   cancelled.Cancel();
   ASSERT_TRUE(cancelled.Wait());
   EXPECT_EQ(cancelled.status().error_code(), grpc::StatusCode::CANCELLED);
 
-  // The cancellation travels on the same connection ahead of the next calls.
-  ExpectTheNextTwoRequestsShareABatch();
+  // A refusal comes back at once; a request that took the slot waits in the queue.
+  std::unique_ptr<AsyncCall> next;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (true) {
+    next = std::make_unique<AsyncCall>(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
+    if (!next->WaitFor(absl::Seconds(1))) break;
+    ASSERT_EQ(next->status().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << next->status().error_message();
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "the cancellation was never seen";
+  }
+  StopServer();  // Draining runs what is queued: the 3-row request, alone.
+  ASSERT_TRUE(next->Wait());
+  ASSERT_TRUE(next->status().ok()) << next->status().error_message();
+  EXPECT_EQ(next->response().timing().batch_sequences(), 1);
+  EXPECT_EQ(next->response().timing().batch_tokens(), 3);
 }
 
 TEST_F(BatchingTest, IncompatibleRequestsRunInSeparateBatches) {
