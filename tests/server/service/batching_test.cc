@@ -31,17 +31,31 @@ server::ServerOptions HeldBackOptions(int64_t max_batch_sequences, int64_t max_q
 
 class BatchingTest : public ServerTest {
  protected:
-  // Sends requests of 3 and 5 rows (with max_batch_sequences 2) and expects exactly those two in
-  // one batch: a request queued before them was dropped, not computed.
-  void ExpectTheNextTwoRequestsShareABatch() {
-    AsyncCall b(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
-    AsyncCall c(stub(), MakeRequest(kSmallModel, 5, kSmallWidth, 3));
-    for (AsyncCall* call : {&b, &c}) {
-      ASSERT_TRUE(call->Wait());
-      ASSERT_TRUE(call->status().ok()) << call->status().error_message();
-      EXPECT_EQ(call->response().timing().batch_sequences(), 2);
-      EXPECT_EQ(call->response().timing().batch_tokens(), 3 + 5);
+  // Sends a 3-row request until one takes the only queue slot: the slot's holder (a request
+  // whose caller is gone) is dropped by a full queue once the server sees that it may no longer
+  // run. A refusal (RESOURCE_EXHAUSTED) comes back at once; the accepted request waits.
+  std::unique_ptr<AsyncCall> TakeTheOnlySlot() {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (true) {
+      auto next = std::make_unique<AsyncCall>(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
+      if (!next->WaitFor(absl::Seconds(1))) return next;
+      EXPECT_EQ(next->status().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << next->status().error_message();
+      if (std::chrono::steady_clock::now() > give_up) {
+        ADD_FAILURE() << "the slot was never freed";
+        return next;
+      }
     }
+  }
+
+  // Drains the server and expects `only` to have run alone: the request that held the slot
+  // before it was never computed.
+  void ExpectItRanAlone(AsyncCall& only) {
+    StopServer();
+    ASSERT_TRUE(only.Wait());
+    ASSERT_TRUE(only.status().ok()) << only.status().error_message();
+    EXPECT_EQ(only.response().timing().batch_sequences(), 1);
+    EXPECT_EQ(only.response().timing().batch_tokens(), 3);
   }
 
   // Waits (bounded) until the model's queue holds `size` requests.
@@ -102,41 +116,26 @@ TEST_F(BatchingTest, FullQueueIsRefusedAtOnceAndQueuedRequestsStillComplete) {
 }
 
 TEST_F(BatchingTest, RequestPastItsDeadlineIsNotComputed) {
-  StartServer(HeldBackOptions(/*max_batch_sequences=*/2));
+  StartServer(HeldBackOptions(/*max_batch_sequences=*/2, /*max_queue_size=*/1));
   AsyncCall expired(stub(), MakeRequest(kSmallModel, 7, kSmallWidth, 1),
                     std::chrono::milliseconds(300));
   ASSERT_TRUE(expired.Wait());
   EXPECT_EQ(expired.status().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-
-  // Had the expired request (7 rows) been computed, it would have filled a batch with the next.
-  ExpectTheNextTwoRequestsShareABatch();
+  std::unique_ptr<AsyncCall> next = TakeTheOnlySlot();
+  ExpectItRanAlone(*next);
 }
 
 TEST_F(BatchingTest, CancelledRequestIsNotComputed) {
-  // One queue slot: the cancelled request holds it until the server has seen the cancellation
-  // (which reaches it asynchronously); then a full queue drops it to make room.
+  // The cancellation reaches the server asynchronously; until it does, the request holds the
+  // only queue slot.
   StartServer(HeldBackOptions(/*max_batch_sequences=*/2, /*max_queue_size=*/1));
   AsyncCall cancelled(stub(), MakeRequest(kSmallModel, 7, kSmallWidth, 1));
   WaitForQueueSize(1);
   cancelled.Cancel();
   ASSERT_TRUE(cancelled.Wait());
   EXPECT_EQ(cancelled.status().error_code(), grpc::StatusCode::CANCELLED);
-
-  // A refusal comes back at once; a request that took the slot waits in the queue.
-  std::unique_ptr<AsyncCall> next;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (true) {
-    next = std::make_unique<AsyncCall>(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 2));
-    if (!next->WaitFor(absl::Seconds(1))) break;
-    ASSERT_EQ(next->status().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-        << next->status().error_message();
-    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "the cancellation was never seen";
-  }
-  StopServer();  // Draining runs what is queued: the 3-row request, alone.
-  ASSERT_TRUE(next->Wait());
-  ASSERT_TRUE(next->status().ok()) << next->status().error_message();
-  EXPECT_EQ(next->response().timing().batch_sequences(), 1);
-  EXPECT_EQ(next->response().timing().batch_tokens(), 3);
+  std::unique_ptr<AsyncCall> next = TakeTheOnlySlot();
+  ExpectItRanAlone(*next);
 }
 
 TEST_F(BatchingTest, IncompatibleRequestsRunInSeparateBatches) {
