@@ -138,7 +138,10 @@ void ChildProcess::Signal(int signal) { kill(pid_, signal); }
 int ChildProcess::Wait(absl::Duration timeout) {
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMicroseconds(timeout);
   std::unique_lock<std::mutex> lock(mu_);
-  if (!changed_.wait_until(lock, deadline, [this] { return reaped_; })) return -1;
+  // Exited and all its output read: the pipe may still hold the last lines when the exit is seen.
+  if (!changed_.wait_until(lock, deadline, [this] { return reaped_ && output_closed_; })) {
+    return -1;
+  }
   return exit_code_;
 }
 
