@@ -147,6 +147,8 @@ class BatcherTest : public ::testing::Test {
   // Declared before batcher_, so both outlive it (its destructor drains into the recorder).
   FakeClock clock_{0};
   Recorder recorder_;
+  absl::Notification held_started_;
+  absl::Notification release_held_;
   std::unique_ptr<TestBatcher> batcher_;
 
   void Start(const BatchingOptions& options) { Start(options, recorder_.ProcessFn()); }
@@ -154,6 +156,23 @@ class BatcherTest : public ::testing::Test {
     ASSERT_TRUE(ValidateBatchingOptions(options).ok());
     batcher_ =
         std::make_unique<TestBatcher>(options, std::move(process), recorder_.DropFn(), &clock_);
+  }
+
+  // Starts a batcher whose batch thread, on the batch led by task `held_id`, stops until
+  // release_held_ is notified (held_started_ tells when it got there): nothing but Schedule looks
+  // at the queue meanwhile. Every batch is recorded.
+  void StartHolding(const BatchingOptions& options, int held_id) {
+    Start(options, [this, held_id](TestBatcher::Batch batch) {
+      if (batch.tasks[0]->id == held_id) {
+        held_started_.Notify();
+        release_held_.WaitForNotification();
+      }
+      recorder_.Record(std::move(batch));
+    });
+  }
+  // A failed assertion must not leave a batch thread held while the batcher drains.
+  void TearDown() override {
+    if (!release_held_.HasBeenNotified()) release_held_.Notify();
   }
 
   absl::Status Schedule(std::unique_ptr<TestTask> task) { return batcher_->Schedule(&task); }
@@ -291,22 +310,14 @@ TEST_F(BatcherTest, FullBatchOfYoungerKeyDoesNotWaitForOlderKey) {
 TEST_F(BatcherTest, TasksThatDoNotFitStayQueuedInOrderForTheNextBatch) {
   // Hold the only thread in a batch of another key so that all four tasks are queued before it
   // looks (otherwise task 2 alone would make the key full and release task 1 by itself).
-  absl::Notification blocker_started;
-  absl::Notification release_blocker;
-  Start({.max_batch_sequences = 4, .max_queue_delay_us = 0}, [&](TestBatcher::Batch batch) {
-    if (batch.tasks[0]->id == 0) {
-      blocker_started.Notify();
-      release_blocker.WaitForNotification();
-    }
-    recorder_.Record(std::move(batch));
-  });
+  StartHolding({.max_batch_sequences = 4, .max_queue_delay_us = 0}, /*held_id=*/0);
   ASSERT_TRUE(Schedule(MakeTask(0, 1, 1, "blocker")).ok());
-  ASSERT_TRUE(blocker_started.WaitForNotificationWithTimeout(kTimeout));
+  ASSERT_TRUE(held_started_.WaitForNotificationWithTimeout(kTimeout));
   ASSERT_TRUE(Schedule(MakeTask(1, /*sequences=*/3)).ok());
   ASSERT_TRUE(Schedule(MakeTask(2, /*sequences=*/2)).ok());
   ASSERT_TRUE(Schedule(MakeTask(3, /*sequences=*/2)).ok());
   ASSERT_TRUE(Schedule(MakeTask(4, /*sequences=*/1)).ok());
-  release_blocker.Notify();
+  release_held_.Notify();
   ASSERT_TRUE(recorder_.WaitForBatches(3));
   // First fit: 1 then 4 (2 and 3 do not fit next to 1); 2 and 3, still in order, fill the next.
   EXPECT_THAT(recorder_.batch_ids(),
@@ -331,19 +342,11 @@ TEST_F(BatcherTest, FullQueueIsRejectedAtOnceAndCallerKeepsTheTask) {
 
 TEST_F(BatcherTest, AFullQueueFirstDropsTasksThatMayNoLongerRun) {
   // The only thread is held in a batch, so nothing but Schedule looks at the queue.
-  absl::Notification blocker_started;
-  absl::Notification release_blocker;
   // One-sequence batches are full at once, so the blocker runs without waiting for the delay.
-  Start({.max_batch_sequences = 1, .max_queue_delay_us = kLongDelayUs, .max_queue_size = 2},
-        [&](TestBatcher::Batch batch) {
-          if (batch.tasks[0]->id == 0) {
-            blocker_started.Notify();
-            release_blocker.WaitForNotification();
-          }
-          recorder_.Record(std::move(batch));
-        });
+  StartHolding({.max_batch_sequences = 1, .max_queue_delay_us = kLongDelayUs, .max_queue_size = 2},
+               /*held_id=*/0);
   ASSERT_TRUE(Schedule(MakeTask(0, 1, 1, "blocker")).ok());
-  ASSERT_TRUE(blocker_started.WaitForNotificationWithTimeout(kTimeout));
+  ASSERT_TRUE(held_started_.WaitForNotificationWithTimeout(kTimeout));
   for (int id : {1, 2}) {
     auto expiring = MakeTask(id);
     expiring->deadline_us = 50;
@@ -356,7 +359,7 @@ TEST_F(BatcherTest, AFullQueueFirstDropsTasksThatMayNoLongerRun) {
   clock_.AdvanceMicros(60);  // Tasks 1 and 2 are past their deadline, still queued.
   EXPECT_TRUE(batcher_->Schedule(&live).ok());
   EXPECT_EQ(batcher_->QueueSize(), 1);
-  release_blocker.Notify();
+  release_held_.Notify();
   ASSERT_TRUE(recorder_.WaitForDrops(2));
   for (const RecordedDrop& drop : recorder_.drops()) {
     EXPECT_EQ(drop.status.code(), absl::StatusCode::kDeadlineExceeded) << drop.id;
@@ -509,40 +512,24 @@ TEST_F(BatcherTest, UpdateOptionsTakesEffectForTheNextBatch) {
 
 // While the only batch thread is busy, tasks accumulate; when it returns it takes them together.
 TEST_F(BatcherTest, TasksAccumulateWhileTheThreadIsBusy) {
-  absl::Notification first_started;
-  absl::Notification release_first;
-  Start({.max_queue_delay_us = 0}, [&](TestBatcher::Batch batch) {
-    if (batch.tasks[0]->id == 1) {
-      first_started.Notify();
-      release_first.WaitForNotification();
-    }
-    recorder_.Record(std::move(batch));
-  });
+  StartHolding({.max_queue_delay_us = 0}, /*held_id=*/1);
   ASSERT_TRUE(Schedule(MakeTask(1)).ok());
-  ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(kTimeout));
+  ASSERT_TRUE(held_started_.WaitForNotificationWithTimeout(kTimeout));
   for (int id = 2; id <= 4; ++id) ASSERT_TRUE(Schedule(MakeTask(id)).ok());
   EXPECT_EQ(batcher_->QueueSize(), 3);
-  release_first.Notify();
+  release_held_.Notify();
   ASSERT_TRUE(recorder_.WaitForBatches(2));
   EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(1), ElementsAre(2, 3, 4)));
 }
 
 TEST_F(BatcherTest, SeveralThreadsRunBatchesConcurrently) {
-  absl::Notification first_started;
-  absl::Notification release_first;
-  Start({.max_queue_delay_us = 0, .num_batch_threads = 2}, [&](TestBatcher::Batch batch) {
-    if (batch.tasks[0]->id == 1) {
-      first_started.Notify();
-      release_first.WaitForNotification();
-    }
-    recorder_.Record(std::move(batch));
-  });
+  StartHolding({.max_queue_delay_us = 0, .num_batch_threads = 2}, /*held_id=*/1);
   ASSERT_TRUE(Schedule(MakeTask(1)).ok());
-  ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(kTimeout));
+  ASSERT_TRUE(held_started_.WaitForNotificationWithTimeout(kTimeout));
   ASSERT_TRUE(Schedule(MakeTask(2)).ok());
   ASSERT_TRUE(recorder_.WaitForBatches(1));  // The second thread, while the first is blocked.
   EXPECT_THAT(recorder_.batch_ids(), ElementsAre(ElementsAre(2)));
-  release_first.Notify();
+  release_held_.Notify();
   ASSERT_TRUE(recorder_.WaitForBatches(2));
 }
 

@@ -29,12 +29,8 @@
 namespace attnserve::testing {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 namespace v1 = ::attnserve::v1;
-using server::AttendResult;
 using server::AttendWork;
 using server::RequestLimits;
 
