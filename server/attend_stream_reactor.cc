@@ -12,7 +12,7 @@ AttendStreamReactor::AttendStreamReactor(AttentionService* service,
   service_->RegisterStream(this);
   Actions actions;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (service_->draining()) reads_done_ = true;
     DecideLocked(&actions);
   }
@@ -22,14 +22,14 @@ AttendStreamReactor::AttendStreamReactor(AttentionService* service,
 void AttendStreamReactor::OnReadDone(bool ok) {
   Actions actions;
   if (!ok) {  // The client half-closed, or the call is over.
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     reading_ = false;
     reads_done_ = true;
     DecideLocked(&actions);
   } else {
     {
       // Count the message before scheduling it: its answer may arrive before Submit returns.
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
     absl::Status scheduled = service_->Submit(
@@ -43,7 +43,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
           }
           OnAnswer(std::move(response));
         });
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!scheduled.ok()) {
       // Still counted in in_flight_ until its error answer is written.
       auto response = std::make_unique<v1::AttendResponse>();
@@ -59,7 +59,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
 void AttendStreamReactor::OnAnswer(std::unique_ptr<v1::AttendResponse> response) {
   Actions actions;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     EnqueueLocked(std::move(response), &actions);
     DecideLocked(&actions);
   }
@@ -69,7 +69,7 @@ void AttendStreamReactor::OnAnswer(std::unique_ptr<v1::AttendResponse> response)
 void AttendStreamReactor::OnWriteDone(bool ok) {
   Actions actions;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
     pending_.pop_front();
     --in_flight_;  // That message is done: its answer is written (or the client is gone).
@@ -91,7 +91,7 @@ void AttendStreamReactor::OnDone() {
 
 bool AttendStreamReactor::PrepareDrain() {
   Actions actions;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   reads_done_ = true;
   DecideLocked(&actions);
   // With reads done, the only thing left to decide is finishing: a pending answer is already

@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "server/attention_service.h"
 
@@ -65,7 +65,7 @@ class AttendStreamReactor final
   grpc::CallbackServerContext* const context_;
   v1::AttendRequest request_;  // The read buffer; only touched between StartRead and OnReadDone.
 
-  absl::Mutex mu_;
+  std::mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;

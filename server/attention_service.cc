@@ -139,7 +139,7 @@ void AttentionService::BeginDrain() {
   draining_.store(true, std::memory_order_release);
   std::vector<AttendStreamReactor*> to_finish;
   {
-    absl::MutexLock lock(&streams_mu_);
+    std::lock_guard<std::mutex> lock(streams_mu_);
     for (AttendStreamReactor* stream : streams_) {
       if (stream->PrepareDrain()) to_finish.push_back(stream);
     }
@@ -149,17 +149,17 @@ void AttentionService::BeginDrain() {
 }
 
 void AttentionService::RegisterStream(AttendStreamReactor* stream) {
-  absl::MutexLock lock(&streams_mu_);
+  std::lock_guard<std::mutex> lock(streams_mu_);
   streams_.insert(stream);
 }
 
 int AttentionService::OpenStreams() {
-  absl::MutexLock lock(&streams_mu_);
+  std::lock_guard<std::mutex> lock(streams_mu_);
   return static_cast<int>(streams_.size());
 }
 
 void AttentionService::UnregisterStream(AttendStreamReactor* stream) {
-  absl::MutexLock lock(&streams_mu_);
+  std::lock_guard<std::mutex> lock(streams_mu_);
   streams_.erase(stream);
 }
 

@@ -13,12 +13,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "server/attend_task.h"
 #include "server/model_router.h"
@@ -75,7 +75,7 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   ModelRouter* const router_;
   batching::Clock* const clock_;
   std::atomic<bool> draining_{false};
-  absl::Mutex streams_mu_;
+  std::mutex streams_mu_;
   absl::flat_hash_set<AttendStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
 };
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
+#include "core/notification.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -42,7 +42,7 @@ void WarmUp(AttendBatcher& batcher, const std::shared_ptr<const model::Model>& m
   work.query_lengths = {rows};
   work.padded_query_length = rows;
   work.padded_memory_length = rows;
-  absl::Notification done;
+  Notification done;
   absl::Status outcome;
   auto task =
       std::make_unique<AttendTask>(std::move(work), batching::kNoDeadline, nullptr,
@@ -112,7 +112,7 @@ std::vector<model::ModelEvent> ModelRouter::Poll() {
 }
 
 void ModelRouter::Sync() {
-  absl::MutexLock sync_lock(&sync_mu_);
+  std::lock_guard<std::mutex> sync_lock(sync_mu_);
   // Work out the next entries outside mu_: new models get a batcher, and every new version is
   // warmed up through its batcher before requests can reach it.
   std::map<std::string, Entry, std::less<>> next;
@@ -123,7 +123,7 @@ void ModelRouter::Sync() {
         ToBatchingOptions(entry.limits, options_.batching.num_batch_threads);
     std::shared_ptr<const model::Model> serving;
     {
-      absl::ReaderMutexLock lock(&mu_);
+      std::shared_lock<std::shared_mutex> lock(mu_);
       if (auto it = entries_.find(model->name); it != entries_.end()) {
         entry.batcher = it->second.batcher;
         serving = it->second.model;
@@ -145,7 +145,7 @@ void ModelRouter::Sync() {
   }
   std::vector<std::shared_ptr<AttendBatcher>> retired;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::shared_mutex> lock(mu_);
     for (auto& [name, entry] : entries_) {
       if (!next.contains(name)) {
         retired.push_back(std::move(entry.batcher));
@@ -165,7 +165,7 @@ void ModelRouter::Sync() {
 void ModelRouter::DrainAll() {
   std::vector<std::shared_ptr<AttendBatcher>> batchers;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    std::shared_lock<std::shared_mutex> lock(mu_);
     for (const auto& [name, entry] : entries_) batchers.push_back(entry.batcher);
   }
   for (auto& batcher : batchers) batcher->Drain();
@@ -179,7 +179,7 @@ std::string ModelRouter::DefaultNameLocked() const {
 }
 
 std::string ModelRouter::DefaultModelName() const {
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock<std::shared_mutex> lock(mu_);
   return DefaultNameLocked();
 }
 
@@ -208,7 +208,7 @@ absl::StatusOr<const ModelRouter::Entry*> ModelRouter::FindLocked(std::string_vi
 }
 
 absl::StatusOr<ModelRoute> ModelRouter::Route(std::string_view name) const {
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock<std::shared_mutex> lock(mu_);
   absl::StatusOr<const Entry*> entry = FindLocked(name);
   if (!entry.ok()) return entry.status();
   return ModelRoute{
@@ -216,7 +216,7 @@ absl::StatusOr<ModelRoute> ModelRouter::Route(std::string_view name) const {
 }
 
 std::vector<ModelRouter::ModelDescription> ModelRouter::Describe() const {
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock<std::shared_mutex> lock(mu_);
   const std::string default_name = DefaultNameLocked();
   std::vector<ModelDescription> out;
   for (const auto& [name, entry] : entries_) {
@@ -227,7 +227,7 @@ std::vector<ModelRouter::ModelDescription> ModelRouter::Describe() const {
 }
 
 absl::StatusOr<ModelRouter::ModelDescription> ModelRouter::Describe(std::string_view name) const {
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock<std::shared_mutex> lock(mu_);
   absl::StatusOr<const Entry*> entry = FindLocked(name);
   if (!entry.ok()) return entry.status();
   return ModelDescription{.model = (*entry)->model,

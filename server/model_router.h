@@ -14,13 +14,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "core/model/model_repository.h"
 #include "server/attend_task.h"
 #include "server/batch_runner.h"
@@ -111,8 +112,8 @@ class ModelRouter {
   const ServingListener listener_;
   batching::Clock* const clock_;
 
-  absl::Mutex sync_mu_;  // One Sync at a time.
-  mutable absl::Mutex mu_;
+  std::mutex sync_mu_;  // One Sync at a time.
+  mutable std::shared_mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/model/repository_poller.h"
+#include "core/notification.h"
 #include "server/attention_service.h"
 #include "server/batch_runner.h"
 #include "server/model_router.h"
@@ -64,7 +65,7 @@ class Server {
   std::unique_ptr<model::RepositoryPoller> poller_;
   int port_ = 0;
   std::once_flag shutdown_once_;
-  absl::Notification shut_down_;
+  Notification shut_down_;
 };
 
 }  // namespace attnserve::server

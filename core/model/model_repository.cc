@@ -39,18 +39,18 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(
                     (options.demo_model == DemoModelPolicy::kWhenNoRepository && root_missing);
   std::unique_ptr<ModelRepository> repo(new ModelRepository(options, demo));
   if (demo) {
-    absl::MutexLock lock(&repo->mu_);
+    std::lock_guard<std::mutex> lock(repo->mu_);
     repo->entries_[kDemoModelName] = EmbeddedDemoEntry();
   }
   absl::StatusOr<std::vector<std::string>> names = repo->ScanNames();
   if (!names.ok()) return names.status();
-  absl::MutexLock load_lock(&repo->load_mu_);
+  std::lock_guard<std::mutex> load_lock(repo->load_mu_);
   for (const std::string& name : *names) repo->LoadAndSwap(name, repo->FingerprintOf(name));
   return repo;
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelRepository::Get(std::string_view name) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     std::vector<std::string> serving;
@@ -69,7 +69,7 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelRepository::Get(std::string_vi
 }
 
 std::vector<std::shared_ptr<const Model>> ModelRepository::ServingModels() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<const Model>> models;
   for (const auto& [name, entry] : entries_) {
     if (entry.serving) models.push_back(entry.serving);
@@ -78,7 +78,7 @@ std::vector<std::shared_ptr<const Model>> ModelRepository::ServingModels() const
 }
 
 std::vector<ModelState> ModelRepository::States() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<ModelState> states;
   for (const auto& [name, entry] : entries_) {
     states.push_back({name, entry.serving, entry.last_error});
@@ -92,14 +92,14 @@ absl::Status ModelRepository::Reload(std::string_view name) {
         absl::StrCat("model name \"", std::string(name),
                      "\": expected a folder name (non-empty, no '/', not starting with '.')"));
   }
-  absl::MutexLock load_lock(&load_mu_);
+  std::lock_guard<std::mutex> load_lock(load_mu_);
   std::error_code ec;
   const std::filesystem::path folder = options_.root / std::string(name);
   // Only what Poll() would list (a folder, or a symlink that loading follows): a plain file is
   // no model folder, and must not become a failed model until the next Poll() unloads it.
   const std::filesystem::file_status st = std::filesystem::symlink_status(folder, ec);
   if (!std::filesystem::is_directory(st) && !std::filesystem::is_symlink(st)) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(name);
     if (it != entries_.end() && it->second.embedded) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -112,13 +112,13 @@ absl::Status ModelRepository::Reload(std::string_view name) {
 }
 
 std::vector<ModelEvent> ModelRepository::Poll() {
-  absl::MutexLock load_lock(&load_mu_);
+  std::lock_guard<std::mutex> load_lock(load_mu_);
   absl::StatusOr<std::vector<std::string>> names = ScanNames();
   if (!names.ok()) return {{ModelEvent::Kind::kFailed, "", 0, names.status()}};
 
   std::map<std::string, Entry, std::less<>> known;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     known = entries_;
   }
   std::vector<ModelEvent> events;
@@ -129,7 +129,7 @@ std::vector<ModelEvent> ModelRepository::Poll() {
       events.push_back(LoadAndSwap(name, std::move(fingerprint)));
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [name, entry] : known) {
     if (std::binary_search(names->begin(), names->end(), name)) continue;
     if (name == kDemoModelName && serves_embedded_demo_) {
@@ -208,7 +208,7 @@ ModelRepository::Fingerprint ModelRepository::FingerprintOf(const std::string& n
 ModelEvent ModelRepository::LoadAndSwap(const std::string& name, Fingerprint fingerprint) {
   absl::StatusOr<std::shared_ptr<const Model>> loaded = LoadModelFolder(options_.root / name);
 
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = entries_[name];
   entry.fingerprint = std::move(fingerprint);
   if (!loaded.ok()) {

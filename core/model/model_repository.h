@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,7 +24,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "core/model/model.h"
 
 namespace attnserve::model {
@@ -129,8 +129,8 @@ class ModelRepository {
   const ModelRepositoryOptions options_;
   // Whether the policy serves the embedded demo; a "demo" folder replaces it while it exists.
   const bool serves_embedded_demo_;
-  absl::Mutex load_mu_;  // Serializes loading (Reload, Poll): one load at a time.
-  mutable absl::Mutex mu_;
+  std::mutex load_mu_;  // Serializes loading (Reload, Poll): one load at a time.
+  mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
 };
 

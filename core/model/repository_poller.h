@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "core/model/model_repository.h"
+#include "core/notification.h"
 
 namespace attnserve::model {
 
@@ -42,7 +42,7 @@ class RepositoryPoller {
   ModelRepository& repository_;
   const RepositoryPollerOptions options_;
   const EventCallback on_events_;
-  absl::Notification stop_;
+  Notification stop_;
   std::thread thread_;  // Last: starts after every other member is ready.
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -358,11 +359,11 @@ TEST_F(ModelRepositoryTest, ReadersSeeCompleteVersionsDuringReloads) {
   ASSERT_NE(repo, nullptr);
 
   std::atomic<bool> done{false};
-  absl::Mutex mu;
+  std::mutex mu;
   std::vector<std::string> errors;  // Guarded by mu; the first few problems readers saw.
   std::atomic<int64_t> reads{0};
   auto report = [&](std::string error) {
-    absl::MutexLock lock(&mu);
+    std::lock_guard<std::mutex> lock(mu);
     if (errors.size() < 10) errors.push_back(std::move(error));
   };
 
@@ -420,7 +421,7 @@ TEST_F(ModelRepositoryTest, ReadersSeeCompleteVersionsDuringReloads) {
   for (std::thread& t : readers) t.join();
   states_reader.join();
 
-  absl::MutexLock lock(&mu);
+  std::lock_guard<std::mutex> lock(mu);
   EXPECT_THAT(errors, IsEmpty());
   EXPECT_GE(reads.load(), kReaders * 5);
   absl::StatusOr<std::shared_ptr<const Model>> final_model = repo->Get("m");

@@ -5,17 +5,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/attention_batch.h"
@@ -58,10 +60,11 @@ class EventLog {
   RepositoryPoller::EventCallback Callback() {
     return [this](const std::vector<ModelEvent>& events) {
       callbacks_.fetch_add(1);
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (events.empty()) empty_callback_ = true;
       events_.insert(events_.end(), events.begin(), events.end());
       ++batches_;
+      changed_.notify_all();
     };
   }
 
@@ -71,34 +74,35 @@ class EventLog {
       return std::any_of(events_.begin(), events_.end(),
                          [&](const ModelEvent& e) { return e.kind == kind && e.name == name; });
     };
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&seen), kTimeout);
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, absl::ToChronoNanoseconds(kTimeout), seen);
   }
 
   // Waits until more than `batches` callbacks have happened; false after `timeout`.
   bool WaitForBatchAfter(int64_t batches, absl::Duration timeout) {
     auto more = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return batches_ > batches; };
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&more), timeout);
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), more);
   }
 
   int64_t batches() const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return batches_;
   }
   std::vector<ModelEvent> events() const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return events_;
   }
   bool empty_callback() const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return empty_callback_;
   }
   // Callbacks so far; readable without the lock.
   int64_t callbacks() const { return callbacks_.load(); }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // Signalled when a callback has recorded its events.
   std::vector<ModelEvent> events_ ABSL_GUARDED_BY(mu_);
   int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
   bool empty_callback_ ABSL_GUARDED_BY(mu_) = false;
@@ -252,10 +256,10 @@ TEST_F(RepositoryPollerTest, ReadersSeeCompleteModelsWhileThePollerReloads) {
   std::unique_ptr<RepositoryPoller> poller = StartPoller(/*interval_ms=*/1);
 
   std::atomic<bool> done{false};
-  absl::Mutex mu;
+  std::mutex mu;
   std::vector<std::string> errors;  // Guarded by mu.
   auto report = [&](std::string error) {
-    absl::MutexLock lock(&mu);
+    std::lock_guard<std::mutex> lock(mu);
     if (errors.size() < 10) errors.push_back(std::move(error));
   };
   // The seed whose weights `m` computes with, or 0.
@@ -309,7 +313,7 @@ TEST_F(RepositoryPollerTest, ReadersSeeCompleteModelsWhileThePollerReloads) {
   for (std::thread& t : readers) t.join();
   poller.reset();
 
-  absl::MutexLock lock(&mu);
+  std::lock_guard<std::mutex> lock(mu);
   EXPECT_THAT(errors, IsEmpty());
   for (const ModelEvent& e : log_.events()) {
     EXPECT_EQ(e.name, "m");

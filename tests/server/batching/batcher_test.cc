@@ -7,8 +7,10 @@
 #include "server/batching/batcher.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -17,9 +19,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/batching/batching_options.h"
@@ -95,12 +96,14 @@ class Recorder {
       recorded.ids.push_back(task->id);
       recorded.keys.push_back(task->key);
     }
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     batches_.push_back(std::move(recorded));
+    changed_.notify_all();
   }
   void Drop(std::unique_ptr<TestTask> task, absl::Status status) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     drops_.push_back({task->id, std::move(status)});
+    changed_.notify_all();
   }
 
   TestBatcher::ProcessBatchFn ProcessFn() {
@@ -113,21 +116,21 @@ class Recorder {
   }
 
   bool WaitForBatches(size_t n) {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return batches_.size() >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), kTimeout);
+    return changed_.wait_for(lock, absl::ToChronoNanoseconds(kTimeout), enough);
   }
   bool WaitForDrops(size_t n) {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return drops_.size() >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&enough), kTimeout);
+    return changed_.wait_for(lock, absl::ToChronoNanoseconds(kTimeout), enough);
   }
   std::vector<RecordedBatch> batches() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return batches_;
   }
   std::vector<RecordedDrop> drops() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return drops_;
   }
   std::vector<std::vector<int>> batch_ids() {
@@ -137,7 +140,8 @@ class Recorder {
   }
 
  private:
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable changed_;  // Signalled when a batch or drop is recorded.
   std::vector<RecordedBatch> batches_ ABSL_GUARDED_BY(mu_);
   std::vector<RecordedDrop> drops_ ABSL_GUARDED_BY(mu_);
 };
@@ -147,8 +151,8 @@ class BatcherTest : public ::testing::Test {
   // Declared before batcher_, so both outlive it (its destructor drains into the recorder).
   FakeClock clock_{0};
   Recorder recorder_;
-  absl::Notification held_started_;
-  absl::Notification release_held_;
+  Notification held_started_;
+  Notification release_held_;
   std::unique_ptr<TestBatcher> batcher_;
 
   void Start(const BatchingOptions& options) { Start(options, recorder_.ProcessFn()); }
@@ -589,7 +593,7 @@ TEST_P(BatcherStressTest, EveryTaskProcessedExactlyOnce) {
         },
         [&](std::unique_ptr<TestTask>, absl::Status) { dropped.fetch_add(1); });
 
-    absl::Notification go;
+    Notification go;
     std::atomic<int> refused{0};
     std::vector<std::thread> producers;
     for (int p = 0; p < kProducers; ++p) {

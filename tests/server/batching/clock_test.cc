@@ -8,8 +8,8 @@
 #include <mutex>
 #include <thread>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/notification.h"
 #include "gtest/gtest.h"
 #include "server/batching/fake_clock.h"
 
@@ -49,7 +49,7 @@ class WaitingThread {
   std::condition_variable cv_;
   bool woken_ = false;
   std::atomic<int64_t> finished_at_us_{-1};
-  absl::Notification done_;
+  Notification done_;
   std::thread thread_;  // Last: starts once the members it uses exist.
 };
 

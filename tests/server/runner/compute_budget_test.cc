@@ -8,8 +8,8 @@
 #include <atomic>
 #include <thread>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/notification.h"
 
 namespace attnserve::server {
 namespace {
@@ -50,7 +50,7 @@ TEST(ComputeBudgetTest, WaitsWhenNothingIsFreeUntilAGrantIsReleased) {
   ComputeBudget budget(1, kNeverNarrow);
   auto held = std::make_unique<ComputeGrant>(budget, 1);
   EXPECT_EQ(held->threads(), 1);
-  absl::Notification started, acquired;
+  Notification started, acquired;
   std::atomic<int> granted{0};
   std::thread waiter([&] {
     started.Notify();

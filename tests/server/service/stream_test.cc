@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/notification.h"
 #include "server/attend_stream_reactor.h"
 #include "tests/server/service/server_test_support.h"
 
@@ -62,7 +62,7 @@ class Writer {
  private:
   const std::vector<v1::AttendRequest> requests_;
   std::atomic<int> written_{0};
-  absl::Notification all_written_;
+  Notification all_written_;
   std::thread thread_;
 };
 
@@ -302,7 +302,7 @@ TEST_F(StreamTest, ClientCancellingMidStreamSeesCancelledAndTheServerGoesOn) {
     ExpectUnaryServed();
   }
   // Every cancelled stream was finished on the server side: the drain has nothing to wait for.
-  absl::Notification stopped;
+  Notification stopped;
   std::thread stopper([&] {
     server().Shutdown(absl::Seconds(60));
     stopped.Notify();
@@ -363,7 +363,7 @@ TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
 
   // A grace period far longer than the test's patience: if the drain did not close the idle
   // stream, the stream would be cancelled only at its end and the waits below would fail.
-  absl::Notification stopped;
+  Notification stopped;
   std::thread stopper([&] {
     server().Shutdown(absl::Seconds(120));
     stopped.Notify();
@@ -391,7 +391,7 @@ TEST_F(StreamTest, DrainWithMessagesInFlightAnswersEveryAcceptedOneThenEndsWithO
   v1::AttendResponse first;
   ASSERT_TRUE(stream->Read(&first));  // At least one message was accepted.
 
-  absl::Notification stopped;
+  Notification stopped;
   std::thread stopper([&] {
     server().Shutdown(absl::Seconds(120));
     stopped.Notify();
