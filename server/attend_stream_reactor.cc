@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "server/conversion.h"
+#include "server/grpc_handoff.h"
 
 namespace attnserve::server {
 
@@ -20,6 +21,7 @@ AttendStreamReactor::AttendStreamReactor(AttentionService* service,
 }
 
 void AttendStreamReactor::OnReadDone(bool ok) {
+  TakeOver(&request_);
   Actions actions;
   if (!ok) {  // The client half-closed, or the call is over.
     std::lock_guard<std::mutex> lock(mu_);
@@ -67,6 +69,7 @@ void AttendStreamReactor::OnAnswer(std::unique_ptr<v1::AttendResponse> response)
 }
 
 void AttendStreamReactor::OnWriteDone(bool ok) {
+  TakeOver(&pending_);
   Actions actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -85,6 +88,7 @@ void AttendStreamReactor::OnWriteDone(bool ok) {
 }
 
 void AttendStreamReactor::OnDone() {
+  TakeOver(this);  // Every reaction and Finish came first (each handed off `this`).
   service_->UnregisterStream(this);
   delete this;
 }
@@ -99,7 +103,10 @@ bool AttendStreamReactor::PrepareDrain() {
   return actions.finish;
 }
 
-void AttendStreamReactor::FinishDrained() { Finish(grpc::Status::OK); }
+void AttendStreamReactor::FinishDrained() {
+  HandOff(this);
+  Finish(grpc::Status::OK);
+}
 
 void AttendStreamReactor::EnqueueLocked(std::unique_ptr<v1::AttendResponse> response,
                                         Actions* actions) {
@@ -131,9 +138,17 @@ void AttendStreamReactor::DecideLocked(Actions* actions) {
 }
 
 void AttendStreamReactor::Perform(const Actions& actions) {
-  // No member may be touched after Finish: OnDone may delete the reactor at once.
-  if (actions.write != nullptr) StartWrite(actions.write);
-  if (actions.read) StartRead(&request_);
+  // No member may be touched after Finish: OnDone may delete the reactor at once. Each gRPC
+  // call hands off to its reaction, and everything up to here to OnDone (grpc_handoff.h).
+  HandOff(this);
+  if (actions.write != nullptr) {
+    HandOff(&pending_);
+    StartWrite(actions.write);
+  }
+  if (actions.read) {
+    HandOff(&request_);
+    StartRead(&request_);
+  }
   if (actions.finish) Finish(grpc::Status::OK);
 }
 

@@ -9,15 +9,34 @@
 #include "absl/strings/str_cat.h"
 #include "server/attend_stream_reactor.h"
 #include "server/conversion.h"
+#include "server/grpc_handoff.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
 namespace {
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
+// A unary reactor that deletes itself when the call is done. gRPC's DefaultReactor would serve,
+// but its OnDone is gRPC's own, and ThreadSanitizer needs one of ours to see that Finish (often
+// on a batch thread) happens before gRPC destroys the call's messages (grpc_handoff.h). The cost
+// is one small allocation per call.
+class UnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  // Call exactly once, from any thread. Before the handler has returned the reactor to gRPC,
+  // gRPC only records the status (OnDone cannot run yet); after, the reactor may be gone when
+  // this returns.
+  void FinishCall(const grpc::Status& status) {
+    HandOff(this);
+    Finish(status);
+  }
+  void OnDone() override {
+    TakeOver(this);
+    delete this;
+  }
+};
+
+grpc::ServerUnaryReactor* FinishNow(const grpc::Status& status) {
+  auto* reactor = new UnaryReactor;
+  reactor->FinishCall(status);
   return reactor;
 }
 
@@ -87,13 +106,13 @@ absl::Status AttentionService::Submit(const v1::AttendRequest& request,
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new UnaryReactor;
   absl::Status scheduled = Submit(
       *request, context,
       [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
         if (!result.ok()) {
           LogFailure(work.model->name, work.request_id, result.status());
-          reactor->Finish(ToGrpcStatus(result.status()));
+          reactor->FinishCall(ToGrpcStatus(result.status()));
           return;
         }
         spdlog::debug(
@@ -101,12 +120,12 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
             "compute_us={} batch_sequences={}",
             work.model->name, work.request_id, work.sequences(), work.tokens(),
             result->timing.queue_us, result->timing.compute_us, result->timing.batch_sequences);
-        reactor->Finish(ToGrpcStatus(FillAttendResponse(work, *result, response)));
+        reactor->FinishCall(ToGrpcStatus(FillAttendResponse(work, *result, response)));
       });
   if (!scheduled.ok()) {
     spdlog::debug("Attend model={} request_id={} rejected: {}", request->model(),
                   request->request_id(), scheduled.ToString());
-    reactor->Finish(ToGrpcStatus(scheduled));
+    reactor->FinishCall(ToGrpcStatus(scheduled));
   }
   return reactor;
 }
@@ -116,23 +135,23 @@ grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionService
   return new AttendStreamReactor(this, context);
 }
 
-grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* /*context*/,
                                                        const v1::ListModelsRequest* /*request*/,
                                                        v1::ListModelsResponse* response) {
   for (const ModelRouter::ModelDescription& description : router_->Describe()) {
     FillModelInfo(*description.model, description.limits, description.is_default,
                   response->add_models());
   }
-  return FinishNow(context, grpc::Status::OK);
+  return FinishNow(grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* /*context*/,
                                                      const v1::GetModelRequest* request,
                                                      v1::ModelInfo* response) {
   absl::StatusOr<ModelRouter::ModelDescription> description = router_->Describe(request->name());
-  if (!description.ok()) return FinishNow(context, ToGrpcStatus(description.status()));
+  if (!description.ok()) return FinishNow(ToGrpcStatus(description.status()));
   FillModelInfo(*description->model, description->limits, description->is_default, response);
-  return FinishNow(context, grpc::Status::OK);
+  return FinishNow(grpc::Status::OK);
 }
 
 void AttentionService::BeginDrain() {

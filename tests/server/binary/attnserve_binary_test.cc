@@ -13,9 +13,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/server/service/async_call.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
 
@@ -172,38 +172,26 @@ TEST_F(AttnserveBinaryTest, SigtermAnswersEveryAcceptedRequestThenExitsZero) {
   ASSERT_NE(server, nullptr);
   std::unique_ptr<v1::AttentionService::Stub> stub = Stub();
   constexpr int kRequests = 6;
-  struct Call {
-    grpc::ClientContext context;
-    v1::AttendRequest request;
-    v1::AttendResponse response;
-    grpc::Status status;
-    absl::Notification done;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<AsyncCall>> calls;
   for (int i = 0; i < kRequests; ++i) {
-    auto call = std::make_unique<Call>();
-    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    call->request.set_request_id(absl::StrCat("r", i));
-    call->request.mutable_input()->add_shape(4);
-    call->request.mutable_input()->add_shape(512);
-    for (int j = 0; j < 4 * 512; ++j) call->request.mutable_input()->add_values(0.001f * (j % 97));
-    Call* raw = call.get();
-    stub->async()->Attend(&raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
-      raw->status = std::move(status);
-      raw->done.Notify();
-    });
-    calls.push_back(std::move(call));
+    v1::AttendRequest request;
+    request.set_request_id(absl::StrCat("r", i));
+    request.mutable_input()->add_shape(4);
+    request.mutable_input()->add_shape(512);
+    for (int j = 0; j < 4 * 512; ++j) request.mutable_input()->add_values(0.001f * (j % 97));
+    calls.push_back(
+        std::make_unique<AsyncCall>(*stub, std::move(request), std::chrono::seconds(60)));
   }
   ASSERT_EQ(server->WaitForLines("queued model=demo", kRequests, kStartTimeout), kRequests)
       << server->Output();
 
   server->Signal(SIGTERM);
   for (const auto& call : calls) {
-    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
-    ASSERT_TRUE(call->status.ok()) << call->status.error_message();
-    EXPECT_EQ(call->response.request_id(), call->request.request_id());
-    EXPECT_EQ(call->response.timing().batch_sequences(), kRequests);
-    EXPECT_EQ(call->response.output().values_size(), 4 * 512);
+    ASSERT_TRUE(call->Wait());
+    ASSERT_TRUE(call->status().ok()) << call->status().error_message();
+    EXPECT_EQ(call->response().request_id(), call->request().request_id());
+    EXPECT_EQ(call->response().timing().batch_sequences(), kRequests);
+    EXPECT_EQ(call->response().output().values_size(), 4 * 512);
   }
   EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
   EXPECT_THAT(server->Output(), HasSubstr("SIGTERM received: draining"));

@@ -9,9 +9,10 @@
 #include <functional>
 #include <memory>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "core/notification.h"
+#include "server/grpc_handoff.h"
 
 namespace attnserve::testing {
 
@@ -22,7 +23,9 @@ class AsyncCall {
             std::chrono::milliseconds deadline = std::chrono::seconds(30))
       : request_(std::move(request)) {
     context_.set_deadline(std::chrono::system_clock::now() + deadline);
+    server::HandOff(this);  // To the callback, on a gRPC thread (server/grpc_handoff.h).
     stub.async()->Attend(&context_, &request_, &response_, [this](grpc::Status status) {
+      server::TakeOver(this);
       status_ = std::move(status);
       done_.Notify();
     });
@@ -42,7 +45,7 @@ class AsyncCall {
   v1::AttendRequest request_;
   v1::AttendResponse response_;
   grpc::Status status_;
-  absl::Notification done_;
+  Notification done_;
 };
 
 }  // namespace attnserve::testing
