@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# CI's second stage (.ci/run calls it after deploy/test.sh): the project's code and tests rebuilt
+# with sanitizers (CMakePresets.json; tests only, no benchmarks or tools) and run under them.
+#   asan — AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer): core, model, server
+#   tsan — ThreadSanitizer: server (batcher included), model (repository reloads and polling on
+#          several threads) and the core's executors on two threads; one OpenMP thread
+# Any report fails the run. Debian's libraries are not instrumented: tests/sanitizers/ holds the
+# few suppressions that need, each for library code only, each with its reason.
+# Usage: deploy/test-sanitizers.sh [asan] [tsan]        (default: both, in that order)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"  # cmake --build --preset reads CMakePresets.json from the working directory
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(asan tsan)
+
+"$root/deploy/install-deps.sh"
+
+build() {  # preset
+  local start=$(date +%s)
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -j "${ATTNSERVE_BUILD_JOBS:-2}"
+  echo "test-sanitizers.sh: $1 build took $(($(date +%s) - start)) s"
+}
+
+run_ctest() {  # preset, ctest selection arguments...
+  local preset=$1 start=$(date +%s)
+  shift
+  ctest --test-dir "$root/build-$preset" --output-on-failure -j 2 --timeout 900 "$@"
+  echo "test-sanitizers.sh: $preset tests ($*) took $(($(date +%s) - start)) s"
+}
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    asan)
+      build asan
+      # Reports abort the test (-fno-sanitize-recover=all for UBSan; ASan always stops).
+      ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:strict_string_checks=1" \
+      UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+      OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 \
+        run_ctest asan -L 'core|model|server'
+      ;;
+    tsan)
+      build tsan
+      # TSan cannot follow libgomp's uninstrumented thread pool: one OpenMP thread. A report
+      # makes the process exit 66 at the end, which fails the test. The longest access history
+      # (history_size=7) lets TSan restore both stacks of a report, which the suppressions need.
+      export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp:ignore_noninstrumented_modules=1:history_size=7:second_deadlock_stack=1"
+      export OMP_NUM_THREADS=1
+      run_ctest tsan -L 'server|model'
+      run_ctest tsan -R '^(ExecutorReuseTest|NotificationTest)\.'
+      unset TSAN_OPTIONS OMP_NUM_THREADS
+      ;;
+    *)
+      echo "test-sanitizers.sh: unknown stage '$stage' (expected asan or tsan)" >&2
+      exit 2
+      ;;
+  esac
+done
