@@ -21,6 +21,8 @@ namespace {
 // is one small allocation per call.
 class UnaryReactor final : public grpc::ServerUnaryReactor {
  public:
+  explicit UnaryReactor(OpenCalls* open_calls) : open_calls_(open_calls) { open_calls_->Add(); }
+
   // Call exactly once, from any thread. Before the handler has returned the reactor to gRPC,
   // gRPC only records the status (OnDone cannot run yet); after, the reactor may be gone when
   // this returns.
@@ -30,12 +32,17 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
   }
   void OnDone() override {
     TakeOver(this);
+    OpenCalls* open_calls = open_calls_;
     delete this;
+    open_calls->Done();
   }
+
+ private:
+  OpenCalls* const open_calls_;
 };
 
-grpc::ServerUnaryReactor* FinishNow(const grpc::Status& status) {
-  auto* reactor = new UnaryReactor;
+grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, const grpc::Status& status) {
+  auto* reactor = new UnaryReactor(open_calls);
   reactor->FinishCall(status);
   return reactor;
 }
@@ -106,7 +113,7 @@ absl::Status AttentionService::Submit(const v1::AttendRequest& request,
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  auto* reactor = new UnaryReactor;
+  auto* reactor = new UnaryReactor(&open_calls_);
   absl::Status scheduled = Submit(
       *request, context,
       [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
@@ -142,16 +149,16 @@ grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerConte
     FillModelInfo(*description.model, description.limits, description.is_default,
                   response->add_models());
   }
-  return FinishNow(grpc::Status::OK);
+  return FinishNow(&open_calls_, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* /*context*/,
                                                      const v1::GetModelRequest* request,
                                                      v1::ModelInfo* response) {
   absl::StatusOr<ModelRouter::ModelDescription> description = router_->Describe(request->name());
-  if (!description.ok()) return FinishNow(ToGrpcStatus(description.status()));
+  if (!description.ok()) return FinishNow(&open_calls_, ToGrpcStatus(description.status()));
   FillModelInfo(*description->model, description->limits, description->is_default, response);
-  return FinishNow(grpc::Status::OK);
+  return FinishNow(&open_calls_, grpc::Status::OK);
 }
 
 void AttentionService::BeginDrain() {
@@ -168,6 +175,7 @@ void AttentionService::BeginDrain() {
 }
 
 void AttentionService::RegisterStream(AttendStreamReactor* stream) {
+  open_calls_.Add();
   std::lock_guard<std::mutex> lock(streams_mu_);
   streams_.insert(stream);
 }
@@ -178,8 +186,11 @@ int AttentionService::OpenStreams() {
 }
 
 void AttentionService::UnregisterStream(AttendStreamReactor* stream) {
-  std::lock_guard<std::mutex> lock(streams_mu_);
-  streams_.erase(stream);
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.erase(stream);
+  }
+  open_calls_.Done();
 }
 
 }  // namespace attnserve::server

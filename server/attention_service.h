@@ -22,6 +22,7 @@
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "server/attend_task.h"
 #include "server/model_router.h"
+#include "server/open_calls.h"
 
 namespace attnserve::server {
 
@@ -67,6 +68,8 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   void UnregisterStream(AttendStreamReactor* stream);
   // AttendStream calls not yet finished.
   int OpenStreams();
+  // Every call of this service that gRPC has not completed yet (unary and streams).
+  OpenCalls& open_calls() { return open_calls_; }
 
  private:
   // The deadline of `context` on the batcher clock (INT64_MAX when none).
@@ -75,6 +78,7 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   ModelRouter* const router_;
   batching::Clock* const clock_;
   std::atomic<bool> draining_{false};
+  OpenCalls open_calls_;
   std::mutex streams_mu_;
   absl::flat_hash_set<AttendStreamReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
 };

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -15,6 +16,10 @@
 
 namespace attnserve::server {
 namespace {
+
+// How long a draining server keeps its connections open after the last call is answered. On a
+// busy machine the final answers can take milliseconds to reach the client's socket.
+constexpr std::chrono::milliseconds kCloseLinger{50};
 
 absl::Status ValidateOptions(const ServerOptions& options) {
   if (absl::Status status = batching::ValidateBatchingOptions(options.router.batching);
@@ -137,12 +142,20 @@ void Server::Shutdown(absl::Duration grace) {
       return;
     }
     const auto deadline = std::chrono::system_clock::now() + absl::ToChronoMicroseconds(grace);
+    const auto steady_deadline =
+        std::chrono::steady_clock::now() + absl::ToChronoMicroseconds(grace);
     grpc_server_->GetHealthCheckService()->Shutdown();  // Everything NOT_SERVING, for good.
     service_->BeginDrain();  // New requests: UNAVAILABLE; idle streams finish.
     poller_.reset();
     // Computes every accepted request at once, without waiting out max_queue_delay_us, and
     // answers it; afterwards the batchers refuse work.
     std::thread drainer([this] { router_->DrainAll(); });
+    // Once every call is answered, the connections stay open a little longer so that clients
+    // read their last answers before gRPC closes them (open_calls.h tells why).
+    if (service_->open_calls().WaitUntilNone(steady_deadline)) {
+      std::this_thread::sleep_until(
+          std::min(steady_deadline, std::chrono::steady_clock::now() + kCloseLinger));
+    }
     // Waits for every RPC to be answered. Whatever is still open at the deadline is cancelled:
     // streams whose client keeps them open, and requests the drain has not reached yet, which the
     // batchers then drop instead of computing. So shutdown takes at most the grace period plus
