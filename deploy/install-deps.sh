@@ -14,6 +14,9 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   # The gRPC server: gRPC 1.51 (with reflection), protobuf 3.21 and its compiler, spdlog 1.10.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libspdlog-dev
+  # Metrics: prometheus-cpp 1.0 (core and pull exposer); Prometheus itself and promtool for the
+  # real-scrape test and the dashboard's query check.
+  prometheus-cpp-dev prometheus
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch

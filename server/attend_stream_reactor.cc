@@ -6,6 +6,15 @@
 #include "server/grpc_handoff.h"
 
 namespace attnserve::server {
+namespace {
+
+// The in-band status of one stream answer, as metrics count it.
+grpc::StatusCode ErrorCodeOf(const v1::AttendResponse& response) {
+  return response.has_error() ? static_cast<grpc::StatusCode>(response.error().code())
+                              : grpc::StatusCode::OK;
+}
+
+}  // namespace
 
 AttendStreamReactor::AttendStreamReactor(AttentionService* service,
                                          grpc::CallbackServerContext* context)
@@ -34,8 +43,10 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
+    RequestMeter meter = service_->StartMeter(metrics::Method::kAttendStream, request_.model());
     absl::Status scheduled = service_->Submit(
-        request_, context_, [this](const AttendWork& work, absl::StatusOr<AttendResult> result) {
+        request_, context_,
+        [this, meter](const AttendWork& work, absl::StatusOr<AttendResult> result) mutable {
           auto response = std::make_unique<v1::AttendResponse>();
           absl::Status filled =
               result.ok() ? FillAttendResponse(work, *result, response.get()) : result.status();
@@ -43,6 +54,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
             LogFailure(work.model->name, work.request_id, filled);
             FillErrorResponse(work.model->name, work.request_id, filled, response.get());
           }
+          meter.Record(ErrorCodeOf(*response));
           OnAnswer(std::move(response));
         });
     std::lock_guard<std::mutex> lock(mu_);
@@ -50,6 +62,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       // Still counted in in_flight_ until its error answer is written.
       auto response = std::make_unique<v1::AttendResponse>();
       FillErrorResponse(request_.model(), request_.request_id(), scheduled, response.get());
+      meter.Record(ErrorCodeOf(*response));
       EnqueueLocked(std::move(response), &actions);
     }
     reading_ = false;

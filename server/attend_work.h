@@ -49,6 +49,8 @@ struct AttendWork {
   int64_t padded_memory_length = 0;  // S of the memory tensor (or T for self-attention)
   bool raw_output = false;
   std::string request_id;
+  // The server's own warm-up pass (model_router.cc), not a client's request: kept out of metrics.
+  bool warm_up = false;
 
   int64_t sequences() const { return static_cast<int64_t>(query_lengths.size()); }
   int64_t tokens() const {

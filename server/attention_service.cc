@@ -21,12 +21,15 @@ namespace {
 // is one small allocation per call.
 class UnaryReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit UnaryReactor(OpenCalls* open_calls) : open_calls_(open_calls) { open_calls_->Add(); }
+  UnaryReactor(OpenCalls* open_calls, RequestMeter meter) : open_calls_(open_calls), meter_(meter) {
+    open_calls_->Add();
+  }
 
   // Call exactly once, from any thread. Before the handler has returned the reactor to gRPC,
   // gRPC only records the status (OnDone cannot run yet); after, the reactor may be gone when
   // this returns.
   void FinishCall(const grpc::Status& status) {
+    meter_.Record(status.error_code());
     HandOff(this);
     Finish(status);
   }
@@ -39,10 +42,12 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
 
  private:
   OpenCalls* const open_calls_;
+  RequestMeter meter_;
 };
 
-grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, const grpc::Status& status) {
-  auto* reactor = new UnaryReactor(open_calls);
+grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
+                                    const grpc::Status& status) {
+  auto* reactor = new UnaryReactor(open_calls, meter);
   reactor->FinishCall(status);
   return reactor;
 }
@@ -67,8 +72,21 @@ void LogFailure(std::string_view model, std::string_view request_id, const absl:
   }
 }
 
-AttentionService::AttentionService(ModelRouter* router, batching::Clock* clock)
-    : router_(router), clock_(clock) {}
+AttentionService::AttentionService(ModelRouter* router, batching::Clock* clock,
+                                   metrics::ServerMetrics* metrics)
+    : router_(router), clock_(clock), metrics_(metrics) {}
+
+RequestMeter AttentionService::StartMeter(metrics::Method method,
+                                          std::string_view model_name) const {
+  if (metrics_ == nullptr) return RequestMeter();
+  if (method == metrics::Method::kListModels) {
+    return RequestMeter(metrics_, &metrics_->no_model(), method);
+  }
+  // Requests naming no model are counted under the model that serves them.
+  const std::string label =
+      model_name.empty() ? router_->DefaultModelName() : std::string(model_name);
+  return RequestMeter(metrics_, &metrics_->ForModel(label), method);
+}
 
 AttentionService::~AttentionService() = default;
 
@@ -113,7 +131,8 @@ absl::Status AttentionService::Submit(const v1::AttendRequest& request,
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  auto* reactor = new UnaryReactor(&open_calls_);
+  auto* reactor =
+      new UnaryReactor(&open_calls_, StartMeter(metrics::Method::kAttend, request->model()));
   absl::Status scheduled = Submit(
       *request, context,
       [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
@@ -145,20 +164,24 @@ grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionService
 grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* /*context*/,
                                                        const v1::ListModelsRequest* /*request*/,
                                                        v1::ListModelsResponse* response) {
+  const RequestMeter meter = StartMeter(metrics::Method::kListModels, "");
   for (const ModelRouter::ModelDescription& description : router_->Describe()) {
     FillModelInfo(*description.model, description.limits, description.is_default,
                   response->add_models());
   }
-  return FinishNow(&open_calls_, grpc::Status::OK);
+  return FinishNow(&open_calls_, meter, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* /*context*/,
                                                      const v1::GetModelRequest* request,
                                                      v1::ModelInfo* response) {
+  const RequestMeter meter = StartMeter(metrics::Method::kGetModel, request->name());
   absl::StatusOr<ModelRouter::ModelDescription> description = router_->Describe(request->name());
-  if (!description.ok()) return FinishNow(&open_calls_, ToGrpcStatus(description.status()));
+  if (!description.ok()) {
+    return FinishNow(&open_calls_, meter, ToGrpcStatus(description.status()));
+  }
   FillModelInfo(*description->model, description->limits, description->is_default, response);
-  return FinishNow(&open_calls_, grpc::Status::OK);
+  return FinishNow(&open_calls_, meter, grpc::Status::OK);
 }
 
 void AttentionService::BeginDrain() {

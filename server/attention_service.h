@@ -21,8 +21,10 @@
 #include "absl/status/status.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "server/attend_task.h"
+#include "server/metrics/server_metrics.h"
 #include "server/model_router.h"
 #include "server/open_calls.h"
+#include "server/request_meter.h"
 
 namespace attnserve::server {
 
@@ -36,8 +38,10 @@ void LogFailure(std::string_view model, std::string_view request_id, const absl:
 class AttentionService final : public v1::AttentionService::CallbackService {
  public:
   // `clock` must be the batchers' clock (deadlines are converted onto its time line).
+  // `metrics` (not owned; null = none) must outlive the service.
   explicit AttentionService(ModelRouter* router,
-                            batching::Clock* clock = batching::RealClock::Default());
+                            batching::Clock* clock = batching::RealClock::Default(),
+                            metrics::ServerMetrics* metrics = nullptr);
   ~AttentionService() override;
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
@@ -71,12 +75,16 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // Every call of this service that gRPC has not completed yet (unary and streams).
   OpenCalls& open_calls() { return open_calls_; }
 
+  // Starts timing a request for `model_name` as sent ("" = the default model).
+  RequestMeter StartMeter(metrics::Method method, std::string_view model_name) const;
+
  private:
   // The deadline of `context` on the batcher clock (INT64_MAX when none).
   int64_t DeadlineMicros(const grpc::CallbackServerContext& context) const;
 
   ModelRouter* const router_;
   batching::Clock* const clock_;
+  metrics::ServerMetrics* const metrics_;
   std::atomic<bool> draining_{false};
   OpenCalls open_calls_;
   std::mutex streams_mu_;

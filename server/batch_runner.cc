@@ -89,9 +89,11 @@ int64_t EstimatedMflop(const core::AttentionConfig& config, const core::Attentio
 
 }  // namespace
 
-BatchRunner::BatchRunner(const BatchRunnerOptions& options, batching::Clock* clock)
+BatchRunner::BatchRunner(const BatchRunnerOptions& options, batching::Clock* clock,
+                         BatchListener listener)
     : options_(options),
       clock_(clock),
+      listener_(std::move(listener)),
       budget_(options.compute_threads > 0 ? options.compute_threads : AvailableCores()) {}
 
 core::AttentionExecutor& BatchRunner::ThreadExecutor(int threads) {
@@ -112,7 +114,7 @@ void BatchRunner::Run(Batch batch) {
   std::vector<AttendTask*> tasks;
   tasks.reserve(batch.tasks.size());
   for (auto& task : batch.tasks) tasks.push_back(task.get());
-  absl::Status status = RunTogether(tasks, batch.enqueue_us);
+  absl::Status status = RunTogether(tasks, batch.enqueue_us, /*retry=*/false);
   if (status.ok()) return;
   if (tasks.size() == 1) {
     tasks.front()->Finish(std::move(status));
@@ -120,13 +122,13 @@ void BatchRunner::Run(Batch batch) {
   }
   // One bad request must not fail its neighbours: run each alone and answer it on its own.
   for (size_t i = 0; i < tasks.size(); ++i) {
-    absl::Status alone = RunTogether({tasks[i]}, {batch.enqueue_us[i]});
+    absl::Status alone = RunTogether({tasks[i]}, {batch.enqueue_us[i]}, /*retry=*/true);
     if (!alone.ok()) tasks[i]->Finish(std::move(alone));
   }
 }
 
 absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
-                                      const std::vector<int64_t>& enqueue_us) {
+                                      const std::vector<int64_t>& enqueue_us, bool retry) {
   PackedBatch packed(tasks);
   const core::AttentionLayer& layer = *tasks.front()->work().model->layer;
   const int64_t heads = layer.config().num_heads;
@@ -156,6 +158,18 @@ absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
                  .Forward(layer, packed.inputs(), {.output = output, .weights = weights});
     end_us = clock_->NowMicros();
   }
+  std::vector<int64_t> queue_us(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    queue_us[i] = std::max<int64_t>(0, start_us - enqueue_us[i]);
+  }
+  // A warm-up pass runs alone: its batch key holds a model version that does not serve yet.
+  if (listener_ && !tasks.front()->work().warm_up) {
+    listener_({.model = tasks.front()->work().model->name,
+               .sequences = packed.sequences(),
+               .tokens = packed.rows(),
+               .compute_us = end_us - start_us,
+               .queue_us = retry ? std::span<const int64_t>() : queue_us});
+  }
   if (!status.ok()) return status;
 
   const AttendTiming timing{.compute_us = end_us - start_us,
@@ -172,7 +186,7 @@ absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
       result.weights = weights.subspan(weights_at, size);
       weights_at += size;
     }
-    result.timing.queue_us = std::max<int64_t>(0, start_us - enqueue_us[i]);
+    result.timing.queue_us = queue_us[i];
     tasks[i]->Finish(std::move(result));
   }
   return absl::OkStatus();

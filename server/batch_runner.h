@@ -15,7 +15,10 @@
 #define ATTNSERVE_SERVER_BATCH_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/attention_executor.h"
@@ -37,14 +40,28 @@ struct BatchRunnerOptions {
   int64_t parallel_min_mflop = 48;
 };
 
+// What one executed forward pass reports, for metrics. A batch that fails and is retried one
+// request at a time reports each pass; the retries report no queue times (each request's was
+// reported with the first pass).
+struct BatchReport {
+  const std::string& model;
+  int64_t sequences = 0;
+  int64_t tokens = 0;  // Query rows.
+  int64_t compute_us = 0;
+  std::span<const int64_t> queue_us;  // Per request: enqueue to the start of this pass.
+};
+
 class BatchRunner {
  public:
   using Batch = batching::Batcher<AttendTask>::Batch;
+  // Called on the batch thread after each forward pass, before its requests are answered.
+  using BatchListener = std::function<void(const BatchReport& report)>;
 
   // `clock` (not owned, outlives the runner) times the compute; it must be the batchers' clock,
-  // whose enqueue times the queue time is measured from.
+  // whose enqueue times the queue time is measured from. `listener` may be empty.
   explicit BatchRunner(const BatchRunnerOptions& options,
-                       batching::Clock* clock = batching::RealClock::Default());
+                       batching::Clock* clock = batching::RealClock::Default(),
+                       BatchListener listener = nullptr);
   BatchRunner(const BatchRunner&) = delete;
   BatchRunner& operator=(const BatchRunner&) = delete;
 
@@ -57,14 +74,16 @@ class BatchRunner {
 
  private:
   // Runs `tasks` (enqueued at `enqueue_us`) as one forward pass. On success finishes every task
-  // and returns OK; on failure finishes none and returns the error.
+  // and returns OK; on failure finishes none and returns the error. `retry`: the tasks already
+  // ran in a failed pass (their queue time was reported then).
   absl::Status RunTogether(const std::vector<AttendTask*>& tasks,
-                           const std::vector<int64_t>& enqueue_us);
+                           const std::vector<int64_t>& enqueue_us, bool retry);
   // The calling thread's executor for teams of `threads` threads.
   core::AttentionExecutor& ThreadExecutor(int threads);
 
   const BatchRunnerOptions options_;
   batching::Clock* const clock_;
+  const BatchListener listener_;
   ComputeBudget budget_;
 };
 

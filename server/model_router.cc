@@ -42,6 +42,7 @@ void WarmUp(AttendBatcher& batcher, const std::shared_ptr<const model::Model>& m
   work.query_lengths = {rows};
   work.padded_query_length = rows;
   work.padded_memory_length = rows;
+  work.warm_up = true;
   Notification done;
   absl::Status outcome;
   auto task =
@@ -224,6 +225,13 @@ std::vector<ModelRouter::ModelDescription> ModelRouter::Describe() const {
         {.model = entry.model, .limits = entry.limits, .is_default = name == default_name});
   }
   return out;
+}
+
+std::map<std::string, int64_t> ModelRouter::QueueDepths() const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  std::map<std::string, int64_t> depths;
+  for (const auto& [name, entry] : entries_) depths[name] = entry.batcher->QueueSize();
+  return depths;
 }
 
 absl::StatusOr<ModelRouter::ModelDescription> ModelRouter::Describe(std::string_view name) const {

@@ -79,6 +79,8 @@ class ModelRouter {
   };
   std::vector<ModelDescription> Describe() const;
   absl::StatusOr<ModelDescription> Describe(std::string_view name) const;
+  // Requests waiting in each serving model's batcher.
+  std::map<std::string, int64_t> QueueDepths() const;
 
   // Rescans the repository (ModelRepository::Poll) and applies what changed. Returns the events.
   std::vector<model::ModelEvent> Poll();

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/onednn_support.h"
 #include "server/batching/batching_options.h"
 #include "server/compute_budget.h"
 #include "spdlog/spdlog.h"
@@ -57,7 +59,50 @@ void LogModelEvents(const std::vector<model::ModelEvent>& events) {
   }
 }
 
+void CountModelEvents(const std::vector<model::ModelEvent>& events,
+                      metrics::ServerMetrics* metrics) {
+  if (metrics == nullptr) return;
+  for (const model::ModelEvent& event : events) {
+    if (event.kind == model::ModelEvent::Kind::kFailed) {
+      metrics->CountLoadFailure(event.name);
+    } else {
+      metrics->AddModel(event.name);
+    }
+  }
+}
+
+std::unique_ptr<metrics::ServerMetrics> MakeMetrics(const ServerOptions& options) {
+  if (options.metrics_address.empty()) return nullptr;
+  return std::make_unique<metrics::ServerMetrics>(metrics::BuildInfo{
+      .version = ATTNSERVE_VERSION,
+      .onednn_version = core::OneDnnVersion(),
+      .isa = core::OneDnnIsa(),
+  });
+}
+
 }  // namespace
+
+absl::Status Server::StartMetricsExposer() {
+  if (metrics_ == nullptr) return absl::OkStatus();
+  metrics_->SetSnapshotSource([this] { return ModelSnapshots(); });
+  absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> exposer =
+      metrics::MetricsExposer::Start(options_.metrics_address, *metrics_);
+  if (!exposer.ok()) return exposer.status();
+  exposer_ = *std::move(exposer);
+  return absl::OkStatus();
+}
+
+std::vector<metrics::ModelSnapshot> Server::ModelSnapshots() const {
+  const std::map<std::string, int64_t> depths = router_->QueueDepths();
+  std::vector<metrics::ModelSnapshot> snapshots;
+  for (const model::ModelState& state : router_->repository().States()) {
+    auto depth = depths.find(state.name);
+    snapshots.push_back({.name = state.name,
+                         .loaded = state.serving != nullptr,
+                         .queue_depth = depth != depths.end() ? depth->second : 0});
+  }
+  return snapshots;
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& requested) {
   if (requested.router.batching.num_batch_threads < 0) {
@@ -85,16 +130,34 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
     }
   }
 
-  server->runner_ = std::make_unique<BatchRunner>(options.runner);
+  server->metrics_ = MakeMetrics(options);
+  for (const model::ModelState& state : (*repository)->States()) {
+    if (server->metrics_ == nullptr) break;
+    server->metrics_->AddModel(state.name);
+    if (!state.last_error.ok()) server->metrics_->CountLoadFailure(state.name);
+  }
+
+  BatchRunner::BatchListener on_batch;
+  if (metrics::ServerMetrics* metrics = server->metrics_.get()) {
+    on_batch = [metrics](const BatchReport& report) {
+      metrics::ModelMetrics& model = metrics->ForModel(report.model);
+      model.RecordBatch(report.sequences, report.tokens, report.compute_us * 1e-6);
+      for (int64_t queue_us : report.queue_us) model.RecordQueueTime(queue_us * 1e-6);
+    };
+  }
+  server->runner_ = std::make_unique<BatchRunner>(options.runner, batching::RealClock::Default(),
+                                                  std::move(on_batch));
   Server* self = server.get();
   server->router_ = std::make_unique<ModelRouter>(
       *std::move(repository), server->runner_.get(), server->options_.router,
       [self](const std::string& name, bool serving) {
+        if (self->metrics_ != nullptr) self->metrics_->AddModel(name);
         if (self->grpc_server_ != nullptr) {
           self->grpc_server_->GetHealthCheckService()->SetServingStatus(name, serving);
         }
       });
-  server->service_ = std::make_unique<AttentionService>(server->router_.get());
+  server->service_ = std::make_unique<AttentionService>(
+      server->router_.get(), batching::RealClock::Default(), server->metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -110,6 +173,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                                                "\" (in use, or not a host:port this machine has)"));
   }
 
+  // Scrapes read the router: expose only now that everything exists.
+  if (absl::Status status = server->StartMetricsExposer(); !status.ok()) return status;
+
   grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceHealthName, true);
@@ -121,8 +187,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
     server->poller_ = std::make_unique<model::RepositoryPoller>(
         router->repository(),
         model::RepositoryPollerOptions{.poll_interval_ms = options.model_poll_interval_ms},
-        [router](const std::vector<model::ModelEvent>& events) {
+        [router, metrics = server->metrics_.get()](const std::vector<model::ModelEvent>& events) {
           LogModelEvents(events);
+          CountModelEvents(events, metrics);
           router->Sync();
         });
   }

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -15,6 +16,8 @@
 #include "core/notification.h"
 #include "server/attention_service.h"
 #include "server/batch_runner.h"
+#include "server/metrics/metrics_exposer.h"
+#include "server/metrics/server_metrics.h"
 #include "server/model_router.h"
 #include "server/server_options.h"
 
@@ -41,6 +44,10 @@ class Server {
 
   // The port the server listens on (the chosen one when the address asked for port 0).
   int port() const { return port_; }
+  // The port /metrics is served on; 0 when metrics are off.
+  int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
+  // The server's metrics; null when metrics are off.
+  metrics::ServerMetrics* metrics() { return metrics_.get(); }
   // The options in force: as given, with compute_threads, num_batch_threads and
   // max_response_bytes resolved.
   const ServerOptions& options() const { return options_; }
@@ -57,12 +64,21 @@ class Server {
  private:
   Server() = default;
 
+  // Serves metrics_ (if any) on options_.metrics_address.
+  absl::Status StartMetricsExposer();
+  // What attnserve_model_loaded and attnserve_queue_depth report.
+  std::vector<metrics::ModelSnapshot> ModelSnapshots() const;
+
   ServerOptions options_;
+  // First: everything below may record into it until destroyed.
+  std::unique_ptr<metrics::ServerMetrics> metrics_;
   std::unique_ptr<BatchRunner> runner_;
   std::unique_ptr<ModelRouter> router_;
   std::unique_ptr<AttentionService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<model::RepositoryPoller> poller_;
+  // Last: scrapes read the router, so the exposer stops first.
+  std::unique_ptr<metrics::MetricsExposer> exposer_;
   int port_ = 0;
   std::once_flag shutdown_once_;
   Notification shut_down_;

@@ -13,6 +13,10 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
   app.add_option("--grpc-address", options.grpc_address,
                  "host:port to serve gRPC on (port 0 = any free port)")
       ->capture_default_str();
+  app.add_option("--metrics-address", options.metrics_address,
+                 "host:port to serve Prometheus metrics on, at /metrics (port 0 = any free "
+                 "port; \"\" = no metrics)")
+      ->capture_default_str();
   app.add_option("--model-repository", flags.server.repository.root,
                  "Folder with one sub-folder per model (config.json + weights.safetensors)")
       ->capture_default_str();

@@ -21,6 +21,9 @@ inline ModelRouterOptions DefaultRouterOptions() {
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (Server::port() tells which).
   std::string grpc_address = "0.0.0.0:50051";
+  // host:port of the Prometheus endpoint (HTTP, path /metrics); port 0 picks a free port
+  // (Server::metrics_port() tells which); "" = no metrics at all.
+  std::string metrics_address = "0.0.0.0:8002";
   model::ModelRepositoryOptions repository;
   // Seconds between repository scans for added, changed or removed model folders; 0 = never
   // (models load once at start).

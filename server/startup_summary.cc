@@ -24,6 +24,13 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
   const std::string host = address.substr(0, address.rfind(':'));
   spdlog::info("attnserve listening on {}:{} (port {}); health and reflection enabled", host,
                server.port(), server.port());
+  if (server.metrics_port() != 0) {
+    const std::string& metrics = options.metrics_address;
+    spdlog::info("metrics at http://{}:{}/metrics", metrics.substr(0, metrics.rfind(':')),
+                 server.metrics_port());
+  } else {
+    spdlog::info("metrics off (--metrics-address \"\")");
+  }
   const auto models = server.router().Describe();
   spdlog::info("{} model(s) serving from repository {}", models.size(),
                options.repository.root.string());

@@ -32,6 +32,7 @@ class AttnserveBinaryTest : public ::testing::Test {
   // embedded demo model serves), plus `extra` flags; returns null on failure.
   std::unique_ptr<ChildProcess> StartServer(const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"--grpc-address",     "127.0.0.1:0",
+                                     "--metrics-address",  "127.0.0.1:0",
                                      "--model-repository", (temp_.path() / "absent").string(),
                                      "--compute-threads",  "1"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -68,8 +69,9 @@ TEST(AttnserveFlagsTest, HelpListsEveryFlagWithItsDefault) {
   const auto [code, output] = RunToExit({"--help"});
   EXPECT_EQ(code, 0);
   for (const char* flag :
-       {"--grpc-address TEXT=0.0.0.0:50051", "--model-repository", "--config", "--demo-model",
-        "--default-model", "--model-poll-interval-s", "--max-batch-sequences", "--max-batch-tokens",
+       {"--grpc-address TEXT=0.0.0.0:50051", "--metrics-address TEXT=0.0.0.0:8002",
+        "--model-repository", "--config", "--demo-model", "--default-model",
+        "--model-poll-interval-s", "--max-batch-sequences", "--max-batch-tokens",
         "--max-queue-delay-us", "--max-queue-size", "--batch-threads", "--max-sequence-length",
         "--compute-threads", "--parallel-min-mflop", "--max-message-bytes", "--shutdown-grace-s",
         "--log-level", "--log-format"}) {

@@ -27,6 +27,7 @@ model::ModelConfig Config(int64_t d_model, int64_t heads, core::AttentionVariant
 server::ServerOptions TestServerOptions() {
   server::ServerOptions options;
   options.grpc_address = "127.0.0.1:0";
+  options.metrics_address = "127.0.0.1:0";
   options.model_poll_interval_ms = 0;
   options.repository.demo_model = model::DemoModelPolicy::kNever;
   options.router.batching.max_queue_delay_us = 0;
