@@ -105,9 +105,15 @@ ModelMetrics::ModelMetrics(ServerMetrics* owner, std::string name)
   batch_tokens_ = &owner->batch_tokens_->Add(labels, BatchTokenBuckets());
   tokens_ = &owner->tokens_->Add(labels);
   load_failures_ = &owner->load_failures_->Add(labels);
+  // A model's successful Attend and AttendStream series exist from its load on, at zero, so that
+  // rate() and histogram_quantile() see their first requests (a series born at 1 has no increase).
+  for (Method method : {Method::kAttend, Method::kAttendStream}) {
+    RequestCounter(method, grpc::StatusCode::OK);
+    DurationHistogram(method);
+  }
 }
 
-void ModelMetrics::RecordRequest(Method method, grpc::StatusCode code, double seconds) {
+prometheus::Counter& ModelMetrics::RequestCounter(Method method, grpc::StatusCode code) {
   const int m = static_cast<int>(method);
   int c = static_cast<int>(code);
   if (c < 0 || c >= kNumStatusCodes) c = static_cast<int>(grpc::StatusCode::UNKNOWN);
@@ -119,14 +125,23 @@ void ModelMetrics::RecordRequest(Method method, grpc::StatusCode code, double se
          {"code", std::string(StatusCodeName(static_cast<grpc::StatusCode>(c)))}});
     requests_[m][c].store(counter, std::memory_order_release);
   }
+  return *counter;
+}
+
+prometheus::Histogram& ModelMetrics::DurationHistogram(Method method) {
+  const int m = static_cast<int>(method);
   prometheus::Histogram* duration = durations_[m].load(std::memory_order_acquire);
   if (duration == nullptr) {
     duration = &owner_->request_duration_->Add(
         {{"model", name_}, {"method", std::string(MethodName(method))}}, owner_->latency_buckets_);
     durations_[m].store(duration, std::memory_order_release);
   }
-  counter->Increment();
-  duration->Observe(seconds);
+  return *duration;
+}
+
+void ModelMetrics::RecordRequest(Method method, grpc::StatusCode code, double seconds) {
+  RequestCounter(method, code).Increment();
+  DurationHistogram(method).Observe(seconds);
 }
 
 void ModelMetrics::RecordBatch(int64_t sequences, int64_t tokens, double compute_seconds) {

@@ -8,6 +8,8 @@
 //
 // Per-request children of attnserve_requests_total (one per method and status code) are created
 // on first use, so the exposition shows only codes that happened; afterwards they are cached too.
+// The exception: each model's OK series of Attend and AttendStream exist from its registration,
+// at zero, so that rate() sees the first requests.
 //
 // Thread-safe. ModelMetrics references stay valid as long as the ServerMetrics (models are never
 // unregistered: an unloaded model's counters keep their totals, and its model_loaded gauge says 0).
@@ -91,6 +93,9 @@ class ModelMetrics {
  private:
   friend class ServerMetrics;
   ModelMetrics(ServerMetrics* owner, std::string name);
+  // The cached child, created on first use.
+  prometheus::Counter& RequestCounter(Method method, grpc::StatusCode code);
+  prometheus::Histogram& DurationHistogram(Method method);
 
   ServerMetrics* const owner_;
   const std::string name_;

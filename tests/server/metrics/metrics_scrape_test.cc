@@ -46,11 +46,17 @@ class MetricsScrapeTest : public ServerTest {
 TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   StartServer();
   ASSERT_GT(server().metrics_port(), 0);
-  // Before any request: the models' series exist at zero; the warm-up passes are not counted.
+  // Before any request: the models' series exist at zero (the OK ones of Attend and
+  // AttendStream among the requests); the warm-up passes are not counted.
   Samples before = ScrapeNow();
   EXPECT_EQ(ValueOf(before, Series("attnserve_tokens_total", "model=\"small\"")), 0);
   EXPECT_EQ(ValueOf(before, Count("attnserve_batch_sequences", "model=\"small\"")), 0);
-  EXPECT_EQ(CountSeries(before, "attnserve_requests_total{"), 0);
+  EXPECT_EQ(ValueOf(before, Requests("OK", "Attend", "small")), 0);
+  EXPECT_EQ(ValueOf(before, Requests("OK", "AttendStream", "single")), 0);
+  EXPECT_EQ(ValueOf(before, Count("attnserve_request_duration_seconds",
+                                  "method=\"Attend\",model=\"small\"")),
+            0);
+  EXPECT_EQ(CountSeries(before, "attnserve_requests_total{"), 4);
 
   // Three good requests of 2, 3 and 4 rows, one at a time (so three batches).
   for (int64_t rows : {2, 3, 4}) {
@@ -100,7 +106,10 @@ TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   EXPECT_EQ(ValueOf(after, Requests("NOT_FOUND", "GetModel", "<unknown>")), 1);
   EXPECT_EQ(ValueOf(after, Requests("OK", "AttendStream", "single")), 2);
   EXPECT_EQ(ValueOf(after, Requests("INVALID_ARGUMENT", "AttendStream", "single")), 1);
-  EXPECT_EQ(CountSeries(after, "attnserve_requests_total{"), 8);  // Nothing else.
+  // Nothing else, but the zeros from the start.
+  EXPECT_EQ(ValueOf(after, Requests("OK", "AttendStream", "small")), 0);
+  EXPECT_EQ(ValueOf(after, Requests("OK", "Attend", "single")), 0);
+  EXPECT_EQ(CountSeries(after, "attnserve_requests_total{"), 10);
 
   EXPECT_EQ(ValueOf(after, Count("attnserve_request_duration_seconds",
                                  "method=\"Attend\",model=\"small\"")),
@@ -171,7 +180,7 @@ TEST_F(MetricsScrapeTest, AFullQueueIsCountedAndTheWaitingRequestIsInFlight) {
 
   const Samples held = ScrapeNow();
   EXPECT_EQ(ValueOf(held, Requests("RESOURCE_EXHAUSTED", "Attend", "small")), 2);
-  EXPECT_EQ(ValueOf(held, Requests("OK", "Attend", "small")), -1);  // Not answered yet.
+  EXPECT_EQ(ValueOf(held, Requests("OK", "Attend", "small")), 0);  // Not answered yet.
   EXPECT_EQ(ValueOf(held, Series("attnserve_queue_depth", "model=\"small\"")), 1);
   EXPECT_EQ(ValueOf(held, "attnserve_inflight_requests"), 1);
 
@@ -193,7 +202,8 @@ TEST_F(MetricsScrapeTest, UnknownModelNamesShareOneSeries) {
   }
   const Samples samples = ScrapeNow();
   EXPECT_EQ(ValueOf(samples, Requests("NOT_FOUND", "Attend", "<unknown>")), 25);
-  EXPECT_EQ(CountSeries(samples, "attnserve_requests_total{"), 1);
+  // The models' four zero series, and one for all the unknown names.
+  EXPECT_EQ(CountSeries(samples, "attnserve_requests_total{"), 5);
   for (const auto& [series, value] : samples) {
     EXPECT_EQ(series.find("made-up"), std::string::npos) << series;
   }
