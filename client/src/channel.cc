@@ -1,0 +1,89 @@
+#include "client/src/channel.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace attnserve::client::internal {
+namespace {
+
+// A duration in the service config's proto-JSON form ("0.050s").
+std::string ConfigSeconds(std::chrono::milliseconds duration) {
+  return absl::StrFormat("%.3fs", static_cast<double>(duration.count()) / 1000.0);
+}
+
+}  // namespace
+
+absl::Status ValidateOptions(const std::string& target, const ClientOptions& options) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError("target: expected host:port or a gRPC target URI, got \"\"");
+  }
+  if (options.default_deadline.count() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default_deadline: expected > 0 ms, got ", options.default_deadline.count()));
+  }
+  if (options.max_attempts < 1 || options.max_attempts > 5) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_attempts: expected 1..5 (gRPC's cap; 1 = no retry), got ", options.max_attempts));
+  }
+  if (options.initial_backoff.count() <= 0 || options.max_backoff < options.initial_backoff) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "initial_backoff, max_backoff: expected 0 < initial_backoff <= max_backoff, got ",
+        options.initial_backoff.count(), " ms and ", options.max_backoff.count(), " ms"));
+  }
+  if (!(options.backoff_multiplier >= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backoff_multiplier: expected >= 1, got ", options.backoff_multiplier));
+  }
+  if (options.max_message_bytes < 1024 ||
+      options.max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes: expected 1024..2147483647, got ", options.max_message_bytes));
+  }
+  if (options.load_balancing_policy != "round_robin" &&
+      options.load_balancing_policy != "pick_first") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("load_balancing_policy: expected round_robin or pick_first, got \"",
+                     options.load_balancing_policy, "\""));
+  }
+  return absl::OkStatus();
+}
+
+std::string ServiceConfigJson(const ClientOptions& options) {
+  std::string config =
+      absl::StrCat("{\"loadBalancingConfig\": [{\"", options.load_balancing_policy, "\": {}}]");
+  if (options.max_attempts > 1) {
+    absl::StrAppend(&config,
+                    ", \"methodConfig\": [{\"name\": [{\"service\": "
+                    "\"attnserve.v1.AttentionService\"}, {\"service\": \"grpc.health.v1.Health\"}],"
+                    " \"retryPolicy\": {\"maxAttempts\": ",
+                    options.max_attempts, ", \"initialBackoff\": \"",
+                    ConfigSeconds(options.initial_backoff), "\", \"maxBackoff\": \"",
+                    ConfigSeconds(options.max_backoff),
+                    "\", \"backoffMultiplier\": ", options.backoff_multiplier,
+                    ", \"retryableStatusCodes\": [\"UNAVAILABLE\", \"RESOURCE_EXHAUSTED\"]}}]");
+  }
+  config += "}";
+  return config;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target,
+                                                           const ClientOptions& options) {
+  if (absl::Status status = ValidateOptions(target, options); !status.ok()) return status;
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(ServiceConfigJson(options));
+  const int max_bytes = static_cast<int>(options.max_message_bytes);
+  args.SetMaxReceiveMessageSize(max_bytes);
+  args.SetMaxSendMessageSize(max_bytes);
+  // gRPC keeps a call's request for retries only up to this size (default 256 KiB, one
+  // [128, 512] tensor): beyond it a call would silently lose its retries.
+  args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, max_bytes);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace attnserve::client::internal

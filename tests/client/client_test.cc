@@ -1,0 +1,213 @@
+// attnserve::client::Client against a real in-process server on 127.0.0.1: answers equal the
+// core's, async and streaming paths, deadlines, errors, health and model calls.
+#include "attnserve/client/client.h"
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/service/server_test_support.h"
+
+namespace attnserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+namespace ac = ::attnserve::client;
+
+class ClientTest : public ServerTest {
+ protected:
+  void StartWith(server::ServerOptions options = TestServerOptions(),
+                 ac::ClientOptions client_options = {}) {
+    StartServer(std::move(options));
+    absl::StatusOr<std::unique_ptr<ac::Client>> created =
+        ac::Client::Create(absl::StrCat("127.0.0.1:", server().port()), client_options);
+    ASSERT_TRUE(created.ok()) << created.status();
+    client_ = *std::move(created);
+  }
+
+  // What the core computes for `values` ([rows, width]) with the serving `model`.
+  std::vector<float> Expected(const std::string& model, const std::vector<float>& values,
+                              bool causal = false) {
+    return CoreCompute(*Layer(model), {.query = values, .causal = causal}).output;
+  }
+
+  ac::Client& client() { return *client_; }
+
+ private:
+  std::unique_ptr<ac::Client> client_;
+};
+
+TEST_F(ClientTest, AttendEqualsTheCoreWithRawAndWithValues) {
+  StartWith();
+  const std::vector<float> input = TestValues(5 * kSmallWidth, 1);
+  for (bool raw : {true, false}) {
+    absl::StatusOr<ac::AttendResult> result =
+        client().Attend(kSmallModel, {input, {5, kSmallWidth}},
+                        {.mask = ac::Mask::kCausal, .request_id = "r1", .raw = raw});
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->output.shape, (std::vector<int64_t>{5, kSmallWidth}));
+    EXPECT_TRUE(Near(result->output.data, Expected(kSmallModel, input, /*causal=*/true)));
+    EXPECT_EQ(result->model, kSmallModel);
+    EXPECT_EQ(result->model_version, 1);
+    EXPECT_EQ(result->request_id, "r1");
+    EXPECT_EQ(result->timing.batch_tokens, 5);
+    EXPECT_GT(result->latency.count(), 0);
+  }
+}
+
+TEST_F(ClientTest, WeightsComeBackPerHead) {
+  StartWith();
+  const std::vector<float> input = TestValues(3 * kSmallWidth, 2);
+  absl::StatusOr<ac::AttendResult> result =
+      client().Attend(kSmallModel, {input, {3, kSmallWidth}}, {.return_weights = true});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->weights.has_value());
+  EXPECT_EQ(result->weights->shape, (std::vector<int64_t>{kSmallHeads, 3, 3}));
+  const CoreAnswer core = CoreCompute(*Layer(kSmallModel), {.query = input, .weights = true});
+  EXPECT_TRUE(Near(result->weights->data, core.weights));
+}
+
+TEST_F(ClientTest, AsyncCallbackAndFutureGiveTheCoresAnswer) {
+  StartWith();
+  const std::vector<float> input = TestValues(4 * kSingleWidth, 3);
+  std::future<absl::StatusOr<ac::AttendResult>> future =
+      client().AttendAsync(kSingleModel, {input, {4, kSingleWidth}});
+  Notification called;
+  absl::StatusOr<ac::AttendResult> from_callback;
+  client().AttendAsync(kSingleModel, {input, {4, kSingleWidth}}, {},
+                       [&](absl::StatusOr<ac::AttendResult> result) {
+                         from_callback = std::move(result);
+                         called.Notify();
+                       });
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  absl::StatusOr<ac::AttendResult> from_future = future.get();
+  ASSERT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(from_future.ok()) << from_future.status();
+  ASSERT_TRUE(from_callback.ok()) << from_callback.status();
+  EXPECT_TRUE(Near(from_future->output.data, Expected(kSingleModel, input)));
+  EXPECT_EQ(from_callback->output.data, from_future->output.data);
+}
+
+TEST_F(ClientTest, ASessionAnswersEveryRequestAndKeepsGoingAfterABadOne) {
+  StartWith();
+  std::mutex mu;
+  std::map<std::string, absl::StatusOr<ac::AttendResult>> answers;
+  std::vector<std::vector<float>> inputs;
+  for (int i = 0; i < 30; ++i) inputs.push_back(TestValues((1 + i % 7) * kSmallWidth, 100 + i));
+  absl::StatusOr<std::unique_ptr<ac::AttendSession>> session = client().OpenSession(4);
+  ASSERT_TRUE(session.ok()) << session.status();
+  for (int i = 0; i < 30; ++i) {
+    const int64_t rows = 1 + i % 7;
+    // Message 10 has the wrong width: answered with INVALID_ARGUMENT, the stream goes on.
+    const int64_t width = i == 10 ? kSmallWidth - 1 : kSmallWidth;
+    std::vector<float> data = inputs[i];
+    if (i == 10) data.resize(rows * width);
+    ASSERT_TRUE((*session)
+                    ->Attend(kSmallModel, {data, {rows, width}},
+                             {.request_id = absl::StrCat("m", i)},
+                             [&, i](absl::StatusOr<ac::AttendResult> result) {
+                               std::lock_guard<std::mutex> lock(mu);
+                               answers.emplace(absl::StrCat("m", i), std::move(result));
+                             })
+                    .ok());
+  }
+  EXPECT_TRUE((*session)->Close().ok());
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(answers.size(), 30u);
+  for (int i = 0; i < 30; ++i) {
+    const absl::StatusOr<ac::AttendResult>& answer = answers.at(absl::StrCat("m", i));
+    if (i == 10) {
+      EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(answer.status().message(), HasSubstr("input.shape"));
+      continue;
+    }
+    ASSERT_TRUE(answer.ok()) << i << ": " << answer.status();
+    EXPECT_TRUE(Near(answer->output.data, Expected(kSmallModel, inputs[i]))) << i;
+  }
+  // After Close, the session refuses.
+  EXPECT_EQ((*session)
+                ->Attend(kSmallModel, {inputs[0], {1, kSmallWidth}}, {},
+                         [](absl::StatusOr<ac::AttendResult>) {})
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClientTest, ErrorsKeepTheServersCodeAndMessage) {
+  StartWith();
+  const std::vector<float> input = TestValues(2 * kSmallWidth, 4);
+  absl::StatusOr<ac::AttendResult> unknown = client().Attend("nope", {input, {2, kSmallWidth}});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("nope"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr(kSmallModel));  // Lists the serving models.
+
+  absl::StatusOr<ac::AttendResult> narrow =
+      client().Attend(kSmallModel, {std::span(input).first(2 * 15), {2, 15}});
+  EXPECT_EQ(narrow.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(narrow.status().message(), HasSubstr("input.shape[1]: expected d_model 16"));
+
+  // Checked before sending: the data does not fill the shape.
+  absl::StatusOr<ac::AttendResult> short_data =
+      client().Attend(kSmallModel, {input, {3, kSmallWidth}});
+  EXPECT_EQ(short_data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_data.status().message(), HasSubstr("input: the shape holds 48 elements"));
+}
+
+TEST_F(ClientTest, ACallPastItsDeadlineIsDeadlineExceeded) {
+  server::ServerOptions options = TestServerOptions();
+  options.router.batching.max_queue_delay_us = 60'000'000;  // Batches wait for a second request.
+  options.router.batching.max_batch_sequences = 2;
+  StartWith(options, {.max_attempts = 1});
+  const std::vector<float> input = TestValues(2 * kSmallWidth, 5);
+  absl::StatusOr<ac::AttendResult> late = client().Attend(
+      kSmallModel, {input, {2, kSmallWidth}}, {.deadline = std::chrono::milliseconds(200)});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+}
+
+TEST_F(ClientTest, HealthAndModelCalls) {
+  StartWith();
+  EXPECT_TRUE(client().Health().ok());
+  EXPECT_TRUE(client().Health(kSmallModel).ok());
+  EXPECT_EQ(client().Health("nope").code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<std::vector<ac::ModelInfo>> models = client().ListModels();
+  ASSERT_TRUE(models.ok()) << models.status();
+  ASSERT_EQ(models->size(), 2u);
+  EXPECT_EQ((*models)[0].name, kSingleModel);
+  EXPECT_EQ((*models)[1].name, kSmallModel);
+  absl::StatusOr<ac::ModelInfo> small = client().GetModel(kSmallModel);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->d_model, kSmallWidth);
+  EXPECT_EQ(small->num_heads, kSmallHeads);
+  EXPECT_EQ(small->variant, "multi_head");
+  EXPECT_EQ(small->version, 1);
+  EXPECT_GT(small->batching.max_batch_sequences, 0);
+  EXPECT_EQ(client().GetModel("nope").status().code(), absl::StatusCode::kNotFound);
+
+  StopServer();  // A drained, stopped server: nothing answers.
+  EXPECT_EQ(client().Health().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ClientOptionsTest, BadOptionsAreRefusedNamingTheOption) {
+  const auto refused = [](const ac::ClientOptions& options, const char* name) {
+    absl::StatusOr<std::unique_ptr<ac::Client>> client = ac::Client::Create("127.0.0.1:1", options);
+    EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(client.status().message(), HasSubstr(name));
+  };
+  refused({.max_attempts = 0}, "max_attempts");
+  refused({.max_attempts = 6}, "max_attempts");
+  refused({.initial_backoff = std::chrono::milliseconds(0)}, "initial_backoff");
+  refused({.backoff_multiplier = 0.5}, "backoff_multiplier");
+  refused({.max_message_bytes = 10}, "max_message_bytes");
+  refused({.load_balancing_policy = "random"}, "load_balancing_policy");
+  EXPECT_EQ(ac::Client::Create("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace attnserve::testing
