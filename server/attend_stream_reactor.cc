@@ -2,8 +2,8 @@
 
 #include <utility>
 
+#include "core/happens_before.h"
 #include "server/conversion.h"
-#include "server/grpc_handoff.h"
 
 namespace attnserve::server {
 namespace {
@@ -152,7 +152,7 @@ void AttendStreamReactor::DecideLocked(Actions* actions) {
 
 void AttendStreamReactor::Perform(const Actions& actions) {
   // No member may be touched after Finish: OnDone may delete the reactor at once. Each gRPC
-  // call hands off to its reaction, and everything up to here to OnDone (grpc_handoff.h).
+  // call hands off to its reaction, and everything up to here to OnDone (core/happens_before.h).
   HandOff(this);
   if (actions.write != nullptr) {
     HandOff(&pending_);

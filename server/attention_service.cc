@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/happens_before.h"
 #include "server/attend_stream_reactor.h"
 #include "server/conversion.h"
-#include "server/grpc_handoff.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -17,8 +17,8 @@ namespace {
 
 // A unary reactor that deletes itself when the call is done. gRPC's DefaultReactor would serve,
 // but its OnDone is gRPC's own, and ThreadSanitizer needs one of ours to see that Finish (often
-// on a batch thread) happens before gRPC destroys the call's messages (grpc_handoff.h). The cost
-// is one small allocation per call.
+// on a batch thread) happens before gRPC destroys the call's messages (core/happens_before.h). The
+// cost is one small allocation per call.
 class UnaryReactor final : public grpc::ServerUnaryReactor {
  public:
   UnaryReactor(OpenCalls* open_calls, RequestMeter meter) : open_calls_(open_calls), meter_(meter) {

@@ -6,13 +6,16 @@
 #include "absl/strings/str_cat.h"
 #include "client/src/channel.h"
 #include "client/src/conversion.h"
+#include "core/happens_before.h"
 
 namespace attnserve::client::internal {
 
 StreamSession::StreamSession(v1::AttentionService::Stub* stub, int max_in_flight)
     : max_in_flight_(max_in_flight) {
   stub->async()->AttendStream(&context_, this);
+  HandOff(&response_);
   StartRead(&response_);
+  HandOff(this);
   StartCall();
 }
 
@@ -62,27 +65,38 @@ absl::Status StreamSession::Close() {
 }
 
 StreamSession::Next StreamSession::NextWriteLocked() {
-  if (writing_ || ended_) return Next::kNothing;
+  if (writing_ || ended_) return {};
   if (!to_write_.empty()) {
     writing_ = true;
-    return Next::kWrite;
+    // Taken under mu_: Attend may grow the deque meanwhile, but the element stays put until
+    // OnWriteDone pops it.
+    return {.kind = Next::kWrite, .request = to_write_.front().get()};
   }
   if (closing_ && !writes_done_started_) {
     writes_done_started_ = true;
     writing_ = true;
-    return Next::kWritesDone;
+    return {.kind = Next::kWritesDone};
   }
-  return Next::kNothing;
+  return {};
 }
 
 void StreamSession::Perform(Next next) {
-  // to_write_.front() stays put while writing_: only OnWriteDone pops it.
-  if (next == Next::kWrite) StartWrite(to_write_.front().get());
-  if (next == Next::kWritesDone) StartWritesDone();
+  // Each operation hands off to its reaction, and everything so far to OnDone
+  // (core/happens_before.h).
+  HandOff(this);
+  if (next.kind == Next::kWrite) {
+    HandOff(&to_write_);
+    StartWrite(next.request);
+  }
+  if (next.kind == Next::kWritesDone) {
+    HandOff(&to_write_);
+    StartWritesDone();
+  }
 }
 
 void StreamSession::OnWriteDone(bool ok) {
-  Next next = Next::kNothing;
+  TakeOver(&to_write_);
+  Next next;
   {
     std::lock_guard<std::mutex> lock(mu_);
     to_write_.pop_front();
@@ -94,12 +108,18 @@ void StreamSession::OnWriteDone(bool ok) {
 }
 
 void StreamSession::OnWritesDoneDone(bool /*ok*/) {
+  TakeOver(&to_write_);
   std::lock_guard<std::mutex> lock(mu_);
   writing_ = false;
+  HandOff(this);
 }
 
 void StreamSession::OnReadDone(bool ok) {
-  if (!ok) return;  // The server finished the stream; OnDone follows.
+  TakeOver(&response_);
+  if (!ok) {  // The server finished the stream; OnDone follows.
+    HandOff(this);
+    return;
+  }
   Pending pending;
   bool found = false;
   {
@@ -124,10 +144,13 @@ void StreamSession::OnReadDone(bool ok) {
     }
     pending.done(std::move(result));
   }
+  HandOff(this);
+  HandOff(&response_);
   StartRead(&response_);
 }
 
 void StreamSession::OnDone(const grpc::Status& status) {
+  TakeOver(this);  // Every reaction and operation came first.
   std::map<std::string, Pending> unanswered;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -38,9 +38,13 @@ class StreamSession final : public AttendSession,
   void OnDone(const grpc::Status& status) override;
 
  private:
-  // Starts the next write, or WritesDone once closing and everything is written; under mu_,
-  // returns what to start after releasing it.
-  enum class Next { kNothing, kWrite, kWritesDone };
+  // What to start after releasing mu_: the next write, or WritesDone once closing and everything
+  // is written.
+  struct Next {
+    enum Kind { kNothing, kWrite, kWritesDone };
+    Kind kind = kNothing;
+    const v1::AttendRequest* request = nullptr;
+  };
   Next NextWriteLocked();
   void Perform(Next next);
 

@@ -11,6 +11,7 @@
 #include "client/src/attend_session.h"
 #include "client/src/channel.h"
 #include "client/src/conversion.h"
+#include "core/happens_before.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attnserve::client {

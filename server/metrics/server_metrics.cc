@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/status/status.h"
 #include "prometheus/metric_family.h"
 #include "server/metrics/process_metrics.h"
 
@@ -32,26 +33,12 @@ std::string_view MethodName(Method method) {
   return kNames[static_cast<int>(method)];
 }
 
-std::string_view StatusCodeName(grpc::StatusCode code) {
-  static constexpr std::string_view kNames[kNumStatusCodes] = {"OK",
-                                                               "CANCELLED",
-                                                               "UNKNOWN",
-                                                               "INVALID_ARGUMENT",
-                                                               "DEADLINE_EXCEEDED",
-                                                               "NOT_FOUND",
-                                                               "ALREADY_EXISTS",
-                                                               "PERMISSION_DENIED",
-                                                               "RESOURCE_EXHAUSTED",
-                                                               "FAILED_PRECONDITION",
-                                                               "ABORTED",
-                                                               "OUT_OF_RANGE",
-                                                               "UNIMPLEMENTED",
-                                                               "INTERNAL",
-                                                               "UNAVAILABLE",
-                                                               "DATA_LOSS",
-                                                               "UNAUTHENTICATED"};
+std::string StatusCodeName(grpc::StatusCode code) {
   const int index = static_cast<int>(code);
-  return index >= 0 && index < kNumStatusCodes ? kNames[index] : "UNKNOWN";
+  // gRPC's codes are absl's, number for number, and absl names them as gRPC does.
+  return index >= 0 && index < kNumStatusCodes
+             ? absl::StatusCodeToString(static_cast<absl::StatusCode>(index))
+             : "UNKNOWN";
 }
 
 std::vector<double> LatencyBucketsSeconds() { return PowersOf(50e-6, 2, 19); }
@@ -119,10 +106,9 @@ prometheus::Counter& ModelMetrics::RequestCounter(Method method, grpc::StatusCod
   if (c < 0 || c >= kNumStatusCodes) c = static_cast<int>(grpc::StatusCode::UNKNOWN);
   prometheus::Counter* counter = requests_[m][c].load(std::memory_order_acquire);
   if (counter == nullptr) {
-    counter = &owner_->requests_->Add(
-        {{"model", name_},
-         {"method", std::string(MethodName(method))},
-         {"code", std::string(StatusCodeName(static_cast<grpc::StatusCode>(c)))}});
+    counter = &owner_->requests_->Add({{"model", name_},
+                                       {"method", std::string(MethodName(method))},
+                                       {"code", StatusCodeName(static_cast<grpc::StatusCode>(c))}});
     requests_[m][c].store(counter, std::memory_order_release);
   }
   return *counter;

@@ -49,7 +49,7 @@ enum class Method { kAttend = 0, kAttendStream, kListModels, kGetModel };
 inline constexpr int kNumMethods = 4;
 std::string_view MethodName(Method method);
 // gRPC's name of `code` ("OK", "INVALID_ARGUMENT", ...).
-std::string_view StatusCodeName(grpc::StatusCode code);
+std::string StatusCodeName(grpc::StatusCode code);
 inline constexpr int kNumStatusCodes = 17;
 
 // Bucket upper bounds, in seconds for latencies: 50 us * 2^k for k = 0..18, i.e. 50 us to 13.1 s,

@@ -11,8 +11,8 @@
 
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "core/happens_before.h"
 #include "core/notification.h"
-#include "server/grpc_handoff.h"
 
 namespace attnserve::testing {
 
@@ -23,9 +23,9 @@ class AsyncCall {
             std::chrono::milliseconds deadline = std::chrono::seconds(30))
       : request_(std::move(request)) {
     context_.set_deadline(std::chrono::system_clock::now() + deadline);
-    server::HandOff(this);  // To the callback, on a gRPC thread (server/grpc_handoff.h).
+    HandOff(this);  // To the callback, on a gRPC thread (core/happens_before.h).
     stub.async()->Attend(&context_, &request_, &response_, [this](grpc::Status status) {
-      server::TakeOver(this);
+      TakeOver(this);
       status_ = std::move(status);
       done_.Notify();
     });

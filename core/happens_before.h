@@ -1,4 +1,5 @@
 // Happens-before edges that gRPC's callback API guarantees, made visible to ThreadSanitizer.
+// Used by the server's reactors and the client library's (no gRPC type is needed here).
 //
 // gRPC runs each reaction (OnReadDone, OnWriteDone, OnDone, ...) after the operation that
 // started it (StartRead, StartWrite, Finish) and OnDone after everything else. Debian's libgrpc
@@ -9,8 +10,8 @@
 // touched after the hand-off is still checked. Outside TSan builds both compile to nothing.
 //
 // Thread-safe; `token` is any address that identifies the operation (e.g. a reactor member).
-#ifndef ATTNSERVE_SERVER_GRPC_HANDOFF_H_
-#define ATTNSERVE_SERVER_GRPC_HANDOFF_H_
+#ifndef ATTNSERVE_CORE_HAPPENS_BEFORE_H_
+#define ATTNSERVE_CORE_HAPPENS_BEFORE_H_
 
 #include "absl/base/config.h"
 
@@ -18,7 +19,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-namespace attnserve::server {
+namespace attnserve {
 
 // Everything this thread did so far happens before a later TakeOver(token).
 inline void HandOff([[maybe_unused]] const void* token) {
@@ -34,6 +35,6 @@ inline void TakeOver([[maybe_unused]] const void* token) {
 #endif
 }
 
-}  // namespace attnserve::server
+}  // namespace attnserve
 
-#endif  // ATTNSERVE_SERVER_GRPC_HANDOFF_H_
+#endif  // ATTNSERVE_CORE_HAPPENS_BEFORE_H_
