@@ -67,8 +67,10 @@ class GrpcClient final : public Client {
     call->done = std::move(done);
     SetDeadline(options.deadline, &call->context);
     Call* raw = call.release();
+    HandOff(raw);  // To the callback, on a gRPC thread (core/happens_before.h).
     stub_->async()->Attend(
         &raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
+          TakeOver(raw);
           std::unique_ptr<Call> owned(raw);
           absl::StatusOr<AttendResult> result = status.ok()
                                                     ? internal::ReadAttendResponse(owned->response)
