@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "tests/benchmarks/load_stats.h"
+#include "client/cli/load_stats.h"
 
 namespace attnserve::load {
 

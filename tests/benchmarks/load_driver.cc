@@ -32,11 +32,11 @@
 
 #include "CLI/CLI.hpp"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "client/cli/load_stats.h"
 #include "core/attention_batch.h"
 #include "core/attention_executor.h"
 #include "core/model/model.h"
 #include "tests/benchmarks/load_client.h"
-#include "tests/benchmarks/load_stats.h"
 
 namespace attnserve::load {
 namespace {

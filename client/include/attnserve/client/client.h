@@ -58,7 +58,8 @@ class AttendSession {
   virtual ~AttendSession() = default;
 
   // Sends one request; `done` is called exactly once with its answer or error (a failed message
-  // does not end the stream). Requests with no request_id get a unique one. Blocks while
+  // does not end the stream). The result's latency counts from when the session took the request
+  // (after any flow-control wait). Requests with no request_id get a unique one. Blocks while
   // max_in_flight requests are unanswered (flow control). FailedPrecondition after Close, or once
   // the stream has failed (then `done` is not called).
   virtual absl::Status Attend(std::string_view model, TensorView input,
@@ -83,7 +84,9 @@ class Client {
   // the server's default model). Blocks until the answer.
   virtual absl::StatusOr<AttendResult> Attend(std::string_view model, TensorView input,
                                               const AttendOptions& options = {}) = 0;
-  // The same without blocking: `done` runs once, on a gRPC thread, and must not block.
+  // The same without blocking: `done` runs once, on a gRPC thread, and must not block. A request
+  // that cannot be built (InvalidArgument: data and shape disagree) is answered at once, on the
+  // calling thread, before AttendAsync returns.
   virtual void AttendAsync(std::string_view model, TensorView input, const AttendOptions& options,
                            Callback done) = 0;
   // The same as a future.

@@ -1,11 +1,12 @@
-// Load driver statistics: what attnserve_load collects during a run and how it summarises it.
+// Load-generator statistics shared by attnserve-cli bench and tests/benchmarks/attnserve_load:
+// what a run collects and how it summarises it.
 //
 // LoadBudget hands out the right to send one more request (bounded by a count and a deadline);
 // LoadRecorder collects each answer's client-side latency, its gRPC code and the server's Timing;
 // LoadWorkGroup lets the main thread wait for every closed-loop slot to retire. All three are
 // thread-safe: gRPC callbacks on its own threads call them concurrently.
-#ifndef ATTNSERVE_TESTS_BENCHMARKS_LOAD_STATS_H_
-#define ATTNSERVE_TESTS_BENCHMARKS_LOAD_STATS_H_
+#ifndef ATTNSERVE_CLIENT_CLI_LOAD_STATS_H_
+#define ATTNSERVE_CLIENT_CLI_LOAD_STATS_H_
 
 #include <atomic>
 #include <chrono>
@@ -78,13 +79,15 @@ struct LoadSummary {
 
 class LoadRecorder {
  public:
-  // `sequences_per_request` (B) and `tokens_per_request` (B·T): what one OK request carries.
+  // `sequences_per_request` (B) and `tokens_per_request` (B·T): what one OK request carries
+  // unless RecordOk says otherwise.
   LoadRecorder(int64_t sequences_per_request, int64_t tokens_per_request);
 
   // Marks the beginning of the measured phase (wall clock and CPU time).
   void Start();
+  // `tokens`: the query tokens this request carried, when lengths vary (-1 = tokens_per_request).
   void RecordOk(double latency_ms, int64_t batch_sequences, int64_t batch_tokens, int64_t queue_us,
-                int64_t compute_us);
+                int64_t compute_us, int64_t tokens = -1);
   // `code`: a grpc::StatusCode number.
   void RecordError(int code);
   // Marks the end (call after every answer is in) and summarises.
@@ -98,6 +101,7 @@ class LoadRecorder {
   std::map<std::string, int64_t> errors_;
   double sum_batch_sequences_ = 0, sum_batch_tokens_ = 0, sum_queue_us_ = 0, sum_compute_us_ = 0;
   double batches_ = 0, sum_batch_compute_us_ = 0;
+  double sum_tokens_ = 0;  // Query tokens of the OK requests.
   LoadClock::time_point start_;
   double start_cpu_s_ = 0;
 };
@@ -113,4 +117,4 @@ double ProcessCpuSeconds();
 
 }  // namespace attnserve::load
 
-#endif  // ATTNSERVE_TESTS_BENCHMARKS_LOAD_STATS_H_
+#endif  // ATTNSERVE_CLIENT_CLI_LOAD_STATS_H_

@@ -1,10 +1,12 @@
-#include "tests/benchmarks/load_stats.h"
+#include "client/cli/load_stats.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+
+#include "absl/status/status.h"
 
 namespace attnserve::load {
 
@@ -54,9 +56,10 @@ void LoadRecorder::Start() {
 }
 
 void LoadRecorder::RecordOk(double latency_ms, int64_t batch_sequences, int64_t batch_tokens,
-                            int64_t queue_us, int64_t compute_us) {
+                            int64_t queue_us, int64_t compute_us, int64_t tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   latencies_ms_.push_back(latency_ms);
+  sum_tokens_ += static_cast<double>(tokens >= 0 ? tokens : tokens_per_request_);
   sum_batch_sequences_ += static_cast<double>(batch_sequences);
   sum_batch_tokens_ += static_cast<double>(batch_tokens);
   sum_queue_us_ += static_cast<double>(queue_us);
@@ -83,7 +86,7 @@ LoadSummary LoadRecorder::Finish() {
   summary.errors = errors_;
   if (summary.elapsed_s > 0) {
     summary.rps = static_cast<double>(summary.ok) / summary.elapsed_s;
-    summary.tokens_per_s = summary.rps * static_cast<double>(tokens_per_request_);
+    summary.tokens_per_s = sum_tokens_ / summary.elapsed_s;
   }
   if (summary.ok == 0) return summary;
   std::vector<double> sorted = latencies_ms_;
@@ -109,24 +112,10 @@ LoadSummary LoadRecorder::Finish() {
 }
 
 std::string StatusCodeName(int code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  if (code >= 0 && code < static_cast<int>(std::size(kNames))) return kNames[code];
+  // gRPC's codes are absl's, number for number, and absl names them as gRPC does.
+  if (code >= 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  }
   return "CODE_" + std::to_string(code);
 }
 

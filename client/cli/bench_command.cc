@@ -1,0 +1,318 @@
+#include "client/cli/bench_command.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/bench_report.h"
+#include "client/cli/load_stats.h"
+#include "client/cli/random_values.h"
+
+namespace attnserve::cli {
+namespace {
+
+using Clock = load::LoadClock;
+
+// Decorrelates the arrival times from the input values, which use the seed as it is.
+constexpr uint64_t kArrivalSeedSalt = 0xA55A5AA5F00DF00DULL;
+
+// Everything the senders and the answer callbacks share. Callbacks run on gRPC threads; every
+// member they touch is thread-safe.
+class BenchState {
+ public:
+  BenchState(client::Client& client, const BenchOptions& options, const BenchRun& run,
+             std::optional<Clock::time_point> deadline)
+      : client_(client),
+        options_(options),
+        run_(run),
+        values_(RandomValues(static_cast<size_t>(run.seq_len.max * run.d_model), options.seed)),
+        budget_(options.requests, deadline),
+        recorder_(1, 0) {
+    attend_.mask = options.causal ? client::Mask::kCausal : client::Mask::kNone;
+    attend_.deadline = options.deadline;
+  }
+
+  client::Client& client() { return client_; }
+  load::LoadBudget& budget() { return budget_; }
+  load::LoadRecorder& recorder() { return recorder_; }
+  load::LoadWorkGroup& in_flight() { return in_flight_; }
+  const client::AttendOptions& attend_options() const { return attend_; }
+  const std::string& model() const { return options_.model; }
+  int64_t ok() const { return ok_.load(std::memory_order_relaxed); }
+  int64_t failed() const { return failed_.load(std::memory_order_relaxed); }
+
+  // The next request's input: the first T rows of the shared random values, T from the
+  // request's index. Views stay valid for the whole run (the library copies them anyway).
+  client::TensorView NextInput() {
+    const int64_t index = next_index_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t length = run_.seq_len.For(options_.seed, index);
+    return {std::span<const float>(values_.data(), static_cast<size_t>(length * run_.d_model)),
+            {length, run_.d_model}};
+  }
+
+  // Records one answer. `scheduled`: the open-loop send time latency counts from; otherwise the
+  // library's own measurement (call start to answer, excluding stream flow-control waits).
+  void Record(const absl::StatusOr<client::AttendResult>& result, int64_t tokens,
+              std::optional<Clock::time_point> scheduled) {
+    if (!result.ok()) {
+      RecordError(result.status());
+      return;
+    }
+    const double latency_ms = scheduled.has_value()
+                                  ? load::MillisBetween(*scheduled, Clock::now())
+                                  : static_cast<double>(result->latency.count()) / 1000.0;
+    const client::Timing& timing = result->timing;
+    recorder_.RecordOk(latency_ms, timing.batch_sequences, timing.batch_tokens, timing.queue_us,
+                       timing.compute_us, tokens);
+    ok_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void RecordError(const absl::Status& status) {
+    // absl::StatusCode numbers are gRPC's.
+    recorder_.RecordError(static_cast<int>(status.code()));
+    failed_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  client::Client& client_;
+  const BenchOptions& options_;
+  const BenchRun& run_;
+  const std::vector<float> values_;
+  client::AttendOptions attend_;
+  load::LoadBudget budget_;
+  load::LoadRecorder recorder_;
+  load::LoadWorkGroup in_flight_;
+  std::atomic<int64_t> next_index_{0};
+  std::atomic<int64_t> ok_{0};
+  std::atomic<int64_t> failed_{0};
+};
+
+// Unary, closed loop: `concurrency` slots; an answer frees its slot for the next request. The
+// callback only records and releases (it must not block a gRPC thread).
+void RunUnaryClosed(BenchState& state, int concurrency) {
+  std::counting_semaphore<> slots(concurrency);
+  while (true) {
+    slots.acquire();
+    if (!state.budget().TryTake()) break;
+    const client::TensorView input = state.NextInput();
+    const int64_t tokens = input.shape[0];
+    state.in_flight().Add(1);
+    state.client().AttendAsync(state.model(), input, state.attend_options(),
+                               [&state, &slots, tokens](absl::StatusOr<client::AttendResult> r) {
+                                 state.Record(r, tokens, std::nullopt);
+                                 slots.release();
+                                 state.in_flight().Done();
+                               });
+  }
+  state.in_flight().Wait();
+}
+
+// Unary, open loop: one sender keeps the schedule, however many calls are outstanding.
+void RunUnaryOpen(BenchState& state, ArrivalSchedule& schedule) {
+  while (state.budget().TryTake()) {
+    const Clock::time_point at = schedule.Next();
+    std::this_thread::sleep_until(at);  // Pacing, not synchronisation.
+    const client::TensorView input = state.NextInput();
+    const int64_t tokens = input.shape[0];
+    state.in_flight().Add(1);
+    state.client().AttendAsync(state.model(), input, state.attend_options(),
+                               [&state, tokens, at](absl::StatusOr<client::AttendResult> r) {
+                                 state.Record(r, tokens, at);
+                                 state.in_flight().Done();
+                               });
+  }
+  state.in_flight().Wait();
+}
+
+// Sends one request over `session`; false once the stream has ended (nothing more can be sent).
+bool SendOnStream(BenchState& state, client::AttendSession& session,
+                  std::optional<Clock::time_point> scheduled) {
+  const client::TensorView input = state.NextInput();
+  const int64_t tokens = input.shape[0];
+  state.in_flight().Add(1);
+  const absl::Status sent =
+      session.Attend(state.model(), input, state.attend_options(),
+                     [&state, tokens, scheduled](absl::StatusOr<client::AttendResult> r) {
+                       state.Record(r, tokens, scheduled);
+                       state.in_flight().Done();
+                     });
+  if (sent.ok()) return true;
+  state.RecordError(sent);
+  state.in_flight().Done();
+  return sent.code() != absl::StatusCode::kFailedPrecondition;
+}
+
+// Stream mode: `sessions` are open; closed loop gives each its own sender thread (the session's
+// max_in_flight is the concurrency), open loop one sender round-robin over them.
+void RunStreams(BenchState& state, std::vector<std::unique_ptr<client::AttendSession>>& sessions,
+                ArrivalSchedule* schedule, std::ostream& err) {
+  if (schedule == nullptr) {
+    std::vector<std::thread> senders;
+    for (auto& session : sessions) {
+      senders.emplace_back([&state, &session] {
+        while (state.budget().TryTake() && SendOnStream(state, *session, std::nullopt)) {
+        }
+      });
+    }
+    for (std::thread& sender : senders) sender.join();
+  } else {
+    size_t next = 0;
+    std::vector<bool> ended(sessions.size(), false);
+    size_t alive = sessions.size();
+    while (alive > 0 && state.budget().TryTake()) {
+      while (ended[next]) next = (next + 1) % sessions.size();
+      const Clock::time_point at = schedule->Next();
+      std::this_thread::sleep_until(at);  // Pacing, not synchronisation.
+      if (!SendOnStream(state, *sessions[next], at)) {
+        ended[next] = true;
+        --alive;
+      }
+      next = (next + 1) % sessions.size();
+    }
+  }
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const absl::Status closed = sessions[i]->Close();
+    if (!closed.ok()) err << "stream " << i << " ended with " << closed << "\n";
+  }
+  state.in_flight().Wait();
+}
+
+// Prints "elapsed, ok, errors, rate over the last second" to `err` about once a second, on one
+// line rewritten with \r, until destroyed.
+class ProgressLine {
+ public:
+  ProgressLine(const BenchState& state, std::ostream& err, Clock::time_point start)
+      : state_(state), err_(err), start_(start), thread_([this] { Run(); }) {}
+  ~ProgressLine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+    if (printed_) err_ << "\n";
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    int64_t last_ok = 0;
+    Clock::time_point last = start_;
+    while (!changed_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) {
+      const Clock::time_point now = Clock::now();
+      const int64_t ok = state_.ok();
+      const double rate =
+          static_cast<double>(ok - last_ok) / std::chrono::duration<double>(now - last).count();
+      err_ << absl::StrFormat("\r%7.1f s  %9d ok  %6d errors  %9.1f requests/s ",
+                              std::chrono::duration<double>(now - start_).count(), ok,
+                              state_.failed(), rate)
+           << std::flush;
+      printed_ = true;
+      last_ok = ok;
+      last = now;
+    }
+  }
+
+  const BenchState& state_;
+  std::ostream& err_;
+  const Clock::time_point start_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool done_ = false;
+  bool printed_ = false;
+  std::thread thread_;  // Last: starts once the members above exist.
+};
+
+absl::Status Validate(const BenchOptions& options) {
+  if (options.concurrency < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--concurrency: expected >= 1, got ", options.concurrency));
+  }
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--streams: expected >= 1, got ", options.streams));
+  }
+  if (options.rate < 0 || options.duration_s < 0 || options.requests < 0) {
+    return absl::InvalidArgumentError("--rate, --duration and --requests must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BenchCommand(client::Client& client, const BenchOptions& options, std::ostream& out,
+                          std::ostream& err) {
+  if (absl::Status valid = Validate(options); !valid.ok()) return valid;
+  absl::StatusOr<SeqLenRange> seq_len = SeqLenRange::Parse(options.seq_len);
+  if (!seq_len.ok()) return seq_len.status();
+  absl::StatusOr<client::ModelInfo> info = client.GetModel(options.model);
+  if (!info.ok()) return info.status();
+  if (info->max_sequence_length > 0 && seq_len->max > info->max_sequence_length) {
+    return absl::InvalidArgumentError(absl::StrCat("--seq-len ", seq_len->ToString(), ": model \"",
+                                                   info->name, "\" accepts up to ",
+                                                   info->max_sequence_length, " rows"));
+  }
+
+  BenchOptions effective = options;
+  if (effective.requests == 0 && effective.duration_s == 0) {
+    effective.requests = kDefaultBenchRequests;
+  }
+  const BenchRun run{
+      .options = effective, .model = info->name, .d_model = info->d_model, .seq_len = *seq_len};
+
+  std::vector<std::unique_ptr<client::AttendSession>> sessions;
+  if (effective.stream) {
+    for (int i = 0; i < effective.streams; ++i) {
+      // Closed loop: the concurrency split evenly (the first streams take the remainder).
+      const int max_in_flight =
+          effective.rate > 0 ? effective.concurrency
+                             : std::max(1, effective.concurrency / effective.streams +
+                                               (i < effective.concurrency % effective.streams));
+      absl::StatusOr<std::unique_ptr<client::AttendSession>> session =
+          client.OpenSession(max_in_flight);
+      if (!session.ok()) return session.status();
+      sessions.push_back(*std::move(session));
+    }
+  }
+
+  const Clock::time_point start = Clock::now();
+  std::optional<Clock::time_point> deadline;
+  if (effective.duration_s > 0) {
+    deadline = start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(effective.duration_s));
+  }
+  BenchState state(client, effective, run, deadline);
+  ArrivalSchedule schedule(effective.rate, effective.arrival, effective.seed ^ kArrivalSeedSalt,
+                           start);
+  state.recorder().Start();
+  {
+    std::optional<ProgressLine> progress;
+    if (effective.progress) progress.emplace(state, err, start);
+    if (effective.stream) {
+      RunStreams(state, sessions, effective.rate > 0 ? &schedule : nullptr, err);
+    } else if (effective.rate > 0) {
+      RunUnaryOpen(state, schedule);
+    } else {
+      RunUnaryClosed(state, effective.concurrency);
+    }
+  }
+  const load::LoadSummary summary = state.recorder().Finish();
+
+  out << (effective.json ? BenchReportJson(run, summary) : BenchReportText(run, summary));
+  const int64_t errors = ErrorCount(summary);
+  if (errors > 0) {
+    return absl::UnavailableError(
+        absl::StrCat(errors, " of ", errors + summary.ok, " requests failed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::cli

@@ -1,0 +1,56 @@
+// `attnserve-cli bench`: a load generator over the client library.
+//
+// Closed loop (rate 0): `concurrency` requests are outstanding at all times; each answer lets the
+// next request go. Open loop (rate > 0): requests are sent at their scheduled times (Poisson
+// arrivals by default, or a fixed interval) whatever the answers, and a request's latency counts
+// from its scheduled time, so a client or server falling behind shows in the latency instead of
+// silently lowering the load (no coordinated omission).
+//
+// Unary mode sends with Client::AttendAsync. Stream mode sends over `streams` AttendSessions:
+// closed loop splits `concurrency` between them as their max_in_flight; open loop gives each
+// `concurrency` as max_in_flight (a send blocks while that many are unanswered).
+//
+// Progress goes to `err` about once a second (one line rewritten with \r) unless `progress` is
+// false; the report (text or one JSON object) to `out`. Returns OK when every request succeeded,
+// otherwise an error naming how many failed (the report is printed either way); InvalidArgument
+// for bad options. Uses `client` only (thread-safe).
+#ifndef ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_
+#define ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "attnserve/client/client.h"
+#include "client/cli/load_pattern.h"
+
+namespace attnserve::cli {
+
+struct BenchOptions {
+  std::string model;    // "" = the server's default model.
+  int concurrency = 8;  // Outstanding requests (closed loop).
+  double rate = 0;      // Requests/s; > 0 switches to open loop.
+  Arrival arrival = Arrival::kPoisson;
+  int64_t requests = 0;        // Stop after this many (0 = no count limit) ...
+  double duration_s = 0;       // ... or after this long (0 = no time limit).
+  std::string seq_len = "16";  // SeqLenRange::Parse.
+  uint64_t seed = 1;           // Input values and lengths.
+  bool causal = false;
+  bool stream = false;
+  int streams = 1;
+  bool json = false;
+  bool progress = true;
+  std::chrono::milliseconds deadline{0};  // Per request; 0 = the client's default.
+};
+
+// With neither `requests` nor `duration_s`, runs kDefaultBenchRequests requests.
+inline constexpr int64_t kDefaultBenchRequests = 1000;
+
+absl::Status BenchCommand(client::Client& client, const BenchOptions& options, std::ostream& out,
+                          std::ostream& err);
+
+}  // namespace attnserve::cli
+
+#endif  // ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_

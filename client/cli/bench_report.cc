@@ -1,0 +1,96 @@
+#include "client/cli/bench_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace attnserve::cli {
+namespace {
+
+std::string ModeText(const BenchOptions& options) {
+  std::string mode = options.stream ? absl::StrCat("stream (", options.streams,
+                                                   options.streams == 1 ? " stream)" : " streams)")
+                                    : std::string("unary");
+  if (options.rate > 0) {
+    absl::StrAppendFormat(&mode, ", open loop at %.1f requests/s (%s arrivals)", options.rate,
+                          options.arrival == Arrival::kPoisson ? "Poisson" : "fixed-interval");
+  } else {
+    absl::StrAppend(&mode, ", closed loop, concurrency ", options.concurrency);
+  }
+  return mode;
+}
+
+}  // namespace
+
+int64_t ErrorCount(const load::LoadSummary& summary) {
+  int64_t errors = 0;
+  for (const auto& [code, count] : summary.errors) errors += count;
+  return errors;
+}
+
+std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summary) {
+  const int64_t errors = ErrorCount(summary);
+  std::string text = absl::StrFormat("bench: model %s (d_model %d), %s, seq-len %s\n", run.model,
+                                     run.d_model, ModeText(run.options), run.seq_len.ToString());
+  absl::StrAppendFormat(&text, "requests:    %d (%d ok, %d errors) in %.2f s\n",
+                        summary.ok + errors, summary.ok, errors, summary.elapsed_s);
+  absl::StrAppendFormat(&text, "throughput:  %.1f requests/s, %.0f tokens/s\n", summary.rps,
+                        summary.tokens_per_s);
+  absl::StrAppendFormat(&text,
+                        "latency ms:  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  "
+                        "(mean %.3f)\n",
+                        summary.p50_ms, summary.p90_ms, summary.p99_ms, summary.p999_ms,
+                        summary.max_ms, summary.mean_ms);
+  absl::StrAppendFormat(
+      &text,
+      "server:      batches of %.1f sequences / %.0f tokens (request-weighted mean), "
+      "queue %.0f us, compute %.0f us\n",
+      summary.mean_batch_sequences, summary.mean_batch_tokens, summary.mean_queue_us,
+      summary.mean_compute_us);
+  if (errors > 0) {
+    text += "errors:     ";
+    for (const auto& [code, count] : summary.errors) absl::StrAppend(&text, " ", code, " ", count);
+    text += "\n";
+  }
+  return text;
+}
+
+std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summary) {
+  nlohmann::json errors = nlohmann::json::object();
+  for (const auto& [code, count] : summary.errors) errors[code] = count;
+  const BenchOptions& options = run.options;
+  nlohmann::json report = {
+      {"model", run.model},
+      {"d_model", run.d_model},
+      {"mode", options.rate > 0 ? "open" : "closed"},
+      {"stream", options.stream},
+      {"streams", options.stream ? options.streams : 0},
+      {"concurrency", options.concurrency},
+      {"rate", options.rate},
+      {"arrival", options.arrival == Arrival::kPoisson ? "poisson" : "fixed"},
+      {"seq_len", run.seq_len.ToString()},
+      {"seed", options.seed},
+      {"requests", summary.ok + ErrorCount(summary)},
+      {"ok", summary.ok},
+      {"errors", errors},
+      {"elapsed_s", summary.elapsed_s},
+      {"requests_per_s", summary.rps},
+      {"tokens_per_s", summary.tokens_per_s},
+      {"latency_ms",
+       {{"p50", summary.p50_ms},
+        {"p90", summary.p90_ms},
+        {"p99", summary.p99_ms},
+        {"p99.9", summary.p999_ms},
+        {"max", summary.max_ms},
+        {"mean", summary.mean_ms}}},
+      {"server",
+       {{"mean_batch_sequences", summary.mean_batch_sequences},
+        {"mean_batch_tokens", summary.mean_batch_tokens},
+        {"mean_queue_us", summary.mean_queue_us},
+        {"mean_compute_us", summary.mean_compute_us}}},
+      {"client_cpu_s", summary.client_cpu_s},
+  };
+  return report.dump() + "\n";
+}
+
+}  // namespace attnserve::cli

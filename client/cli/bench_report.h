@@ -1,0 +1,33 @@
+// The report `attnserve-cli bench` prints at the end of a run: human-readable text, or one JSON
+// object for scripts. Pure formatting, thread-safe.
+#ifndef ATTNSERVE_CLIENT_CLI_BENCH_REPORT_H_
+#define ATTNSERVE_CLIENT_CLI_BENCH_REPORT_H_
+
+#include <string>
+
+#include "client/cli/bench_command.h"
+#include "client/cli/load_stats.h"
+
+namespace attnserve::cli {
+
+// What was run, for the report's header.
+struct BenchRun {
+  BenchOptions options;
+  std::string model;  // The model that answered GetModel (the default model's name for "").
+  int64_t d_model = 0;
+  SeqLenRange seq_len;
+};
+
+// Several lines ending in a newline.
+std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summary);
+// One JSON object on one line, ending in a newline: "requests", "ok", "errors" (code name ->
+// count), "elapsed_s", "requests_per_s", "tokens_per_s", "latency_ms" {"p50", "p90", "p99",
+// "p99.9", "max", "mean"}, "server" (mean timing), and the run's settings.
+std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summary);
+
+// Total errors in `summary`.
+int64_t ErrorCount(const load::LoadSummary& summary);
+
+}  // namespace attnserve::cli
+
+#endif  // ATTNSERVE_CLIENT_CLI_BENCH_REPORT_H_

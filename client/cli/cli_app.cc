@@ -1,0 +1,189 @@
+#include "client/cli/cli_app.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "attnserve/client/client.h"
+#include "client/cli/attend_command.h"
+#include "client/cli/bench_command.h"
+#include "client/cli/ghz_data.h"
+#include "client/cli/model_commands.h"
+
+namespace attnserve::cli {
+namespace {
+
+struct GlobalOptions {
+  std::string target = "127.0.0.1:50051";
+  double timeout_s = 30;
+  int max_attempts = 4;
+  bool quiet = false;
+};
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+int Report(const absl::Status& status, std::ostream& err) {
+  if (status.ok()) return 0;
+  err << "error: " << status.ToString() << "\n";
+  return 1;
+}
+
+absl::Status WriteGhzData(const GhzDataOptions& options, const std::string& shape,
+                          const std::string& path, std::ostream& out) {
+  absl::StatusOr<std::vector<int64_t>> dims = ParseShapeList(shape);
+  if (!dims.ok()) return dims.status();
+  GhzDataOptions with_shape = options;
+  with_shape.shape = *std::move(dims);
+  absl::StatusOr<std::string> data = MakeGhzData(with_shape);
+  if (!data.ok()) return data.status();
+  if (path.empty() || path == "-") {
+    out << *data;
+    return absl::OkStatus();
+  }
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << *data;
+  file.close();
+  if (!file) return absl::InternalError(path + ": cannot write");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"attnserve-cli: call an attnserve server (models, health, attention, load tests)",
+               "attnserve-cli"};
+  app.require_subcommand(1);
+  // Global options are also accepted after the subcommand: `attnserve-cli health --quiet`.
+  app.fallthrough();
+
+  GlobalOptions global;
+  app.add_option("--target", global.target, "server address (a gRPC target)")
+      ->capture_default_str();
+  app.add_option("--timeout-s", global.timeout_s, "deadline of each call, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-attempts", global.max_attempts,
+                 "attempts per call, retries on UNAVAILABLE / RESOURCE_EXHAUSTED included")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 5));
+  app.add_flag("-q,--quiet", global.quiet,
+               "print nothing on success (health) and no progress line (bench)");
+
+  CLI::App* models = app.add_subcommand("models", "list the serving models");
+
+  std::string info_model;
+  CLI::App* info = app.add_subcommand("info", "describe one model (every field of GetModel)");
+  info->add_option("model", info_model, "model name (default: the server's default model)");
+
+  std::string health_service;
+  CLI::App* health = app.add_subcommand(
+      "health", "exit 0 when SERVING, 1 otherwise (with the reason); for HEALTHCHECK");
+  health->add_option("service", health_service,
+                     "\"\" (the server, default), attnserve.v1.AttentionService or a model name");
+
+  AttendCommandOptions attend_options;
+  std::string attend_mask = "none";
+  CLI::App* attend = app.add_subcommand("attend", "one Attend call with .npy input and output");
+  attend->add_option("--model", attend_options.model, "model (default: the server's default)");
+  CLI::Option* input =
+      attend->add_option("--input", attend_options.input_path,
+                         ".npy input, [T, D] or [B, T, D], float32 ('<f4') or float64 ('<f8')");
+  CLI::Option* random = attend->add_option("--random", attend_options.random_length,
+                                           "T random rows of the model's width instead");
+  input->excludes(random);
+  attend->add_option("--mask", attend_mask, "none or causal")
+      ->check(CLI::IsMember({"none", "causal"}))
+      ->capture_default_str();
+  attend->add_flag("--weights", attend_options.weights, "ask for the per-head weights");
+  attend->add_option("--out", attend_options.output_path, "write the output to this .npy");
+  attend->add_option("--weights-out", attend_options.weights_path,
+                     "write the weights to this .npy (implies --weights)");
+  attend->add_option("--seed", attend_options.seed, "seed of --random")->capture_default_str();
+
+  BenchOptions bench_options;
+  std::string bench_mask = "none";
+  CLI::App* bench = app.add_subcommand("bench", "load test: closed loop, or open loop with --rate");
+  bench->add_option("--model", bench_options.model, "model (default: the server's default)");
+  bench
+      ->add_option("-c,--concurrency", bench_options.concurrency,
+                   "closed loop: outstanding requests; open-loop --stream: max in flight per "
+                   "stream")
+      ->capture_default_str();
+  bench
+      ->add_option("--rate", bench_options.rate, "open loop: requests per second (0 = closed loop)")
+      ->capture_default_str();
+  std::string bench_arrival = "poisson";
+  bench
+      ->add_option("--arrival", bench_arrival,
+                   "open-loop arrivals: poisson (exponential gaps) or fixed (constant interval)")
+      ->check(CLI::IsMember({"poisson", "fixed"}))
+      ->capture_default_str();
+  bench->add_option("-n,--requests", bench_options.requests,
+                    "stop after this many requests (default 1000 when no --duration)");
+  bench->add_option("--duration", bench_options.duration_s, "stop after this many seconds");
+  bench
+      ->add_option("--seq-len", bench_options.seq_len,
+                   "rows per request: 16 (fixed) or 8:256 (uniform, deterministic for --seed)")
+      ->capture_default_str();
+  bench->add_option("--seed", bench_options.seed, "seed of the inputs and lengths")
+      ->capture_default_str();
+  bench->add_option("--mask", bench_mask, "none or causal")
+      ->check(CLI::IsMember({"none", "causal"}))
+      ->capture_default_str();
+  bench->add_flag("--stream", bench_options.stream, "send over AttendStream sessions");
+  bench->add_option("--streams", bench_options.streams, "number of streams with --stream")
+      ->capture_default_str();
+  bench->add_flag("--json", bench_options.json, "print one JSON object instead of text");
+
+  GhzDataOptions ghz_options;
+  std::string ghz_shape;
+  std::string ghz_out;
+  CLI::App* ghz = app.add_subcommand(
+      "ghz-data", "print ghz call data (JSON) for attnserve.v1.AttentionService/Attend");
+  ghz->add_option("--model", ghz_options.model, "model (default: the server's default)");
+  ghz->add_option("--shape", ghz_shape, "input shape T,D (or B,T,D)")->required();
+  ghz->add_option("--count", ghz_options.count, "1: one object; N > 1: an array of N")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  ghz->add_option("--seed", ghz_options.seed, "object i uses seed + i")->capture_default_str();
+  ghz->add_flag("--raw", ghz_options.raw, "input as base64 float32 bytes (Tensor.raw)");
+  ghz->add_flag("--raw-output", ghz_options.raw_output, "ask for raw output (smaller answers)");
+  ghz->add_flag("--pretty", ghz_options.pretty, "indent the JSON");
+  ghz->add_option("--out", ghz_out, "write to this file instead of stdout");
+
+  try {
+    // CLI11 takes the arguments last first.
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e, out, err);
+  }
+
+  if (*ghz) return Report(WriteGhzData(ghz_options, ghz_shape, ghz_out, out), err);
+
+  client::ClientOptions client_options;
+  client_options.default_deadline = Millis(global.timeout_s);
+  client_options.max_attempts = global.max_attempts;
+  absl::StatusOr<std::unique_ptr<client::Client>> client =
+      client::Client::Create(global.target, client_options);
+  if (!client.ok()) return Report(client.status(), err);
+
+  if (*models) return Report(ListModelsCommand(**client, out), err);
+  if (*info) return Report(InfoCommand(**client, info_model, out), err);
+  if (*health) return Report(HealthCommand(**client, health_service, global.quiet, out), err);
+  if (*attend) {
+    attend_options.causal = attend_mask == "causal";
+    return Report(AttendCommand(**client, attend_options, out), err);
+  }
+  bench_options.causal = bench_mask == "causal";
+  bench_options.arrival = bench_arrival == "fixed" ? Arrival::kFixed : Arrival::kPoisson;
+  bench_options.progress = !global.quiet;
+  return Report(BenchCommand(**client, bench_options, out, err), err);
+}
+
+}  // namespace attnserve::cli

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Writes the ghz call data the configs in this folder read (data/*.json), with attnserve-cli
+# ghz-data: protobuf's own JSON mapping of real attnserve.v1.AttendRequest messages, input as
+# base64 float32 bytes (`raw`), deterministic for the seed. The files are a few MB: generated,
+# never committed (data/ is git-ignored).
+#
+#   bash deploy/ghz/make-data.sh                # model demo, d_model 512
+#   MODEL=mine D_MODEL=256 bash deploy/ghz/make-data.sh
+#
+# Environment: ATTNSERVE_CLI (default: build/client/cli/attnserve-cli of this checkout), MODEL,
+# D_MODEL, SEED, OUT_DIR (default: data/ next to this script).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "${here}/../.." && pwd)"
+cli="${ATTNSERVE_CLI:-${root}/build/client/cli/attnserve-cli}"
+model="${MODEL:-demo}"
+d_model="${D_MODEL:-512}"
+seed="${SEED:-1}"
+out_dir="${OUT_DIR:-${here}/data}"
+
+if [[ ! -x "${cli}" ]]; then
+  echo "make-data.sh: ${cli} not found; build it (cmake --build build --target attnserve-cli)" \
+       "or set ATTNSERVE_CLI" >&2
+  exit 1
+fi
+mkdir -p "${out_dir}"
+
+# name  T  count: short.json and long.json are cycled through by unary calls (one object per
+# call); stream.json's array is the messages of each AttendStream call.
+while read -r name length count; do
+  "${cli}" ghz-data --model "${model}" --shape "${length},${d_model}" --count "${count}" \
+    --seed "${seed}" --raw --raw-output --out "${out_dir}/${name}"
+  echo "wrote ${out_dir}/${name} (${count} x [${length}, ${d_model}])"
+done <<LIST
+short.json 16 64
+long.json 512 4
+stream.json 16 64
+LIST

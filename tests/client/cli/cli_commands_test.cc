@@ -1,0 +1,257 @@
+// attnserve-cli's subcommands against a live in-process server on 127.0.0.1 (models "small" and
+// "single"), run in-process through RunCli, and the binary itself for health's exit status.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attnserve/client/client.h"
+#include "client/cli/cli_app.h"
+#include "client/cli/npy.h"
+#include "client/cli/random_values.h"
+#include "nlohmann/json.hpp"
+#include "tests/server/service/server_test_support.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_folder.h"
+
+namespace attnserve::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliCommandsTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    StartServer();
+    port_ = server().port();
+  }
+
+  std::string Target() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  // attnserve-cli --target <the server> --timeout-s 30 `args`, in-process.
+  CliRun Run(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {"--target", Target(), "--timeout-s", "30"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::ostringstream out, err;
+    CliRun run;
+    run.code = cli::RunCli(all, out, err);
+    run.out = out.str();
+    run.err = err.str();
+    return run;
+  }
+
+  TempFolder temp_;
+  int port_ = 0;
+};
+
+TEST_F(CliCommandsTest, ModelsPrintsATableOfEveryModel) {
+  const CliRun run = Run({"models"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("NAME"));
+  EXPECT_THAT(run.out, HasSubstr("D_MODEL"));
+  EXPECT_THAT(run.out, HasSubstr("small"));
+  EXPECT_THAT(run.out, HasSubstr("single"));
+  EXPECT_THAT(run.out, HasSubstr("multi_head"));
+  EXPECT_THAT(run.out, HasSubstr("single_head"));
+  EXPECT_THAT(run.out, HasSubstr("2 models"));
+}
+
+TEST_F(CliCommandsTest, InfoPrintsEveryField) {
+  const CliRun run = Run({"info", "small"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  for (const char* field :
+       {"name:", "version:", "default:", "d_model:", "num_heads:", "variant:", "bias:", "dtype:",
+        "parameter_count:", "max_sequence_length:", "source:", "max_batch_sequences:",
+        "max_batch_tokens:", "max_queue_delay_us:", "max_queue_size:"}) {
+    EXPECT_THAT(run.out, HasSubstr(field));
+  }
+  EXPECT_THAT(run.out, HasSubstr("d_model:              16"));
+  EXPECT_THAT(run.out, HasSubstr("num_heads:            2"));
+  EXPECT_THAT(run.out, HasSubstr("fp32"));
+}
+
+TEST_F(CliCommandsTest, InfoOfAnUnknownModelFailsWithNotFound) {
+  const CliRun run = Run({"info", "nosuch"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(run.err, HasSubstr("nosuch"));
+}
+
+TEST_F(CliCommandsTest, HealthIsZeroWhenServingAndQuietWithQuiet) {
+  CliRun run = Run({"health"});
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(run.out, "SERVING\n");
+  run = Run({"health", "--quiet"});
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "");
+  run = Run({"health", "small"});
+  EXPECT_EQ(run.code, 0) << run.err;
+}
+
+TEST_F(CliCommandsTest, HealthIsOneWithTheReasonOtherwise) {
+  CliRun run = Run({"health", "nosuch"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("nosuch"));
+  StopServer();
+  std::ostringstream out, err;
+  const int code = cli::RunCli({"--target", Target(), "--timeout-s", "5", "health"}, out, err);
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(err.str(), HasSubstr("UNAVAILABLE"));
+}
+
+TEST_F(CliCommandsTest, AttendRandomWritesTheLibrarysAnswerToNpy) {
+  const std::string out_path = (temp_.path() / "out.npy").string();
+  const std::string weights_path = (temp_.path() / "w.npy").string();
+  const CliRun run = Run({"attend", "--model", "small", "--random", "5", "--seed", "9", "--mask",
+                          "causal", "--out", out_path, "--weights-out", weights_path});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("written to"));
+  EXPECT_THAT(run.out, HasSubstr("timing:"));
+
+  absl::StatusOr<client::Tensor> output = cli::ReadNpy(out_path);
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_THAT(output->shape, ElementsAre(5, kSmallWidth));
+  absl::StatusOr<client::Tensor> weights = cli::ReadNpy(weights_path);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_THAT(weights->shape, ElementsAre(kSmallHeads, 5, 5));
+
+  // The same input through the library directly.
+  absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Create(Target());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<float> input = cli::RandomValues(5 * kSmallWidth, 9);
+  client::AttendOptions options;
+  options.mask = client::Mask::kCausal;
+  options.return_weights = true;
+  absl::StatusOr<client::AttendResult> expected =
+      (*client)->Attend("small", {input, {5, kSmallWidth}}, options);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_THAT(output->data, ElementsAreArray(expected->output.data));
+  ASSERT_TRUE(expected->weights.has_value());
+  EXPECT_THAT(weights->data, ElementsAreArray(expected->weights->data));
+}
+
+TEST_F(CliCommandsTest, AttendReadsNpyInputAndPrintsASummary) {
+  const std::string in_path = (temp_.path() / "in.npy").string();
+  const std::vector<float> input = cli::RandomValues(2 * 3 * kSingleWidth, 4);
+  const std::vector<int64_t> shape = {2, 3, kSingleWidth};
+  ASSERT_TRUE(cli::WriteNpy(in_path, input, shape).ok());
+  const CliRun run = Run({"attend", "--model", "single", "--input", in_path});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("model single"));
+  EXPECT_THAT(run.out, HasSubstr("output [2, 3, 8]"));
+  EXPECT_THAT(run.out, HasSubstr("row 0:"));
+}
+
+TEST_F(CliCommandsTest, AttendRejectsAnUnsupportedDtypeNamingIt) {
+  const std::string in_path = (temp_.path() / "ints.npy").string();
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 8), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream(in_path, std::ios::binary)
+      << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(header.size())
+      << static_cast<char>(0) << header << std::string(32, '\0');
+  const CliRun run = Run({"attend", "--model", "single", "--input", in_path});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("'<i4'"));
+}
+
+TEST_F(CliCommandsTest, AttendNeedsAnInput) {
+  const CliRun run = Run({"attend", "--model", "small"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--random"));
+}
+
+TEST_F(CliCommandsTest, Bench200RequestsAllOk) {
+  const CliRun run =
+      Run({"bench", "--model", "small", "--requests", "200", "--concurrency", "8", "--json", "-q"});
+  ASSERT_EQ(run.code, 0) << run.err << run.out;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["requests"], 200);
+  EXPECT_EQ(report["ok"], 200);
+  EXPECT_TRUE(report["errors"].empty());
+  EXPECT_EQ(report["mode"], "closed");
+  EXPECT_GT(report["requests_per_s"].get<double>(), 0);
+  const double rps = report["requests_per_s"].get<double>();
+  EXPECT_NEAR(report["tokens_per_s"].get<double>(), rps * 16, rps * 1e-6);
+  EXPECT_GT(report["latency_ms"]["p99.9"].get<double>(), 0);
+  EXPECT_GE(report["latency_ms"]["max"].get<double>(), report["latency_ms"]["p50"].get<double>());
+  EXPECT_EQ(run.err, "");  // --quiet: no progress line.
+}
+
+TEST_F(CliCommandsTest, BenchOverStreamsWithVaryingLengths) {
+  const CliRun run = Run({"bench", "--model", "small", "--requests", "200", "--stream", "--streams",
+                          "2", "--seq-len", "1:32", "--json", "-q"});
+  ASSERT_EQ(run.code, 0) << run.err << run.out;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["ok"], 200);
+  EXPECT_TRUE(report["errors"].empty());
+  EXPECT_EQ(report["stream"], true);
+  EXPECT_EQ(report["seq_len"], "1:32");
+}
+
+TEST_F(CliCommandsTest, BenchOpenLoopTextReport) {
+  const CliRun run = Run(
+      {"bench", "--model", "single", "--requests", "50", "--rate", "500", "--arrival", "fixed"});
+  ASSERT_EQ(run.code, 0) << run.err << run.out;
+  EXPECT_THAT(run.out, HasSubstr("open loop at 500.0 requests/s (fixed-interval arrivals)"));
+  EXPECT_THAT(run.out, HasSubstr("50 (50 ok, 0 errors)"));
+  for (const char* field : {"requests/s", "tokens/s", "p50", "p90", "p99 ", "p99.9", "max"}) {
+    EXPECT_THAT(run.out, HasSubstr(field));
+  }
+}
+
+TEST_F(CliCommandsTest, BenchFailsOnAnUnknownModelOrBadOptions) {
+  EXPECT_EQ(Run({"bench", "--model", "nosuch", "--requests", "5", "-q"}).code, 1);
+  const CliRun bad_len = Run({"bench", "--model", "small", "--seq-len", "9:3", "-q"});
+  EXPECT_EQ(bad_len.code, 1);
+  EXPECT_THAT(bad_len.err, HasSubstr("--seq-len"));
+}
+
+TEST_F(CliCommandsTest, GhzDataNeedsNoServer) {
+  std::ostringstream out, err;
+  EXPECT_EQ(cli::RunCli({"ghz-data", "--model", "small", "--shape", "2,16"}, out, err), 0);
+  EXPECT_EQ(nlohmann::json::parse(out.str())["model"], "small");
+}
+
+TEST_F(CliCommandsTest, HelpAndUsageErrors) {
+  std::ostringstream out, err;
+  EXPECT_EQ(cli::RunCli({"--help"}, out, err), 0);
+  for (const char* command : {"models", "info", "health", "attend", "bench", "ghz-data"}) {
+    EXPECT_THAT(out.str(), HasSubstr(command));
+  }
+  EXPECT_NE(cli::RunCli({"bench", "--no-such-flag"}, out, err), 0);
+  EXPECT_NE(cli::RunCli({}, out, err), 0);
+}
+
+// Docker's HEALTHCHECK runs the binary: exit 0 and no output when serving, 1 otherwise.
+TEST_F(CliCommandsTest, BinaryHealthExitStatus) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> serving = ChildProcess::Start(
+      ATTNSERVE_CLI_BINARY, {"--target", Target(), "--timeout-s", "10", "health", "--quiet"});
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_EQ((*serving)->Wait(absl::Seconds(30)), 0) << (*serving)->Output();
+  EXPECT_EQ((*serving)->Output(), "");
+
+  absl::StatusOr<std::unique_ptr<ChildProcess>> unknown = ChildProcess::Start(
+      ATTNSERVE_CLI_BINARY, {"--target", Target(), "--timeout-s", "10", "health", "nosuch"});
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ((*unknown)->Wait(absl::Seconds(30)), 1);
+  EXPECT_THAT((*unknown)->Output(), HasSubstr("error:"));
+}
+
+}  // namespace
+}  // namespace attnserve::testing
