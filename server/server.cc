@@ -71,6 +71,25 @@ void CountModelEvents(const std::vector<model::ModelEvent>& events,
   }
 }
 
+// Every model the repository knows at start gets its labels; failed loads are counted.
+void RegisterModels(const std::vector<model::ModelState>& states, metrics::ServerMetrics* metrics) {
+  if (metrics == nullptr) return;
+  for (const model::ModelState& state : states) {
+    metrics->AddModel(state.name);
+    if (!state.last_error.ok()) metrics->CountLoadFailure(state.name);
+  }
+}
+
+// What each executed batch adds to the metrics (nothing without metrics).
+BatchRunner::BatchListener BatchMetricsListener(metrics::ServerMetrics* metrics) {
+  if (metrics == nullptr) return nullptr;
+  return [metrics](const BatchReport& report) {
+    metrics::ModelMetrics& model = metrics->ForModel(report.model);
+    model.RecordBatch(report.sequences, report.tokens, report.compute_us * 1e-6);
+    for (int64_t queue_us : report.queue_us) model.RecordQueueTime(queue_us * 1e-6);
+  };
+}
+
 std::unique_ptr<metrics::ServerMetrics> MakeMetrics(const ServerOptions& options) {
   if (options.metrics_address.empty()) return nullptr;
   return std::make_unique<metrics::ServerMetrics>(metrics::BuildInfo{
@@ -131,22 +150,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   }
 
   server->metrics_ = MakeMetrics(options);
-  for (const model::ModelState& state : (*repository)->States()) {
-    if (server->metrics_ == nullptr) break;
-    server->metrics_->AddModel(state.name);
-    if (!state.last_error.ok()) server->metrics_->CountLoadFailure(state.name);
-  }
-
-  BatchRunner::BatchListener on_batch;
-  if (metrics::ServerMetrics* metrics = server->metrics_.get()) {
-    on_batch = [metrics](const BatchReport& report) {
-      metrics::ModelMetrics& model = metrics->ForModel(report.model);
-      model.RecordBatch(report.sequences, report.tokens, report.compute_us * 1e-6);
-      for (int64_t queue_us : report.queue_us) model.RecordQueueTime(queue_us * 1e-6);
-    };
-  }
+  RegisterModels((*repository)->States(), server->metrics_.get());
   server->runner_ = std::make_unique<BatchRunner>(options.runner, batching::RealClock::Default(),
-                                                  std::move(on_batch));
+                                                  BatchMetricsListener(server->metrics_.get()));
   Server* self = server.get();
   server->router_ = std::make_unique<ModelRouter>(
       *std::move(repository), server->runner_.get(), server->options_.router,
