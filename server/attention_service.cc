@@ -83,9 +83,10 @@ RequestMeter AttentionService::StartMeter(metrics::Method method,
     return RequestMeter(metrics_, &metrics_->no_model(), method);
   }
   // Requests naming no model are counted under the model that serves them.
-  const std::string label =
-      model_name.empty() ? router_->DefaultModelName() : std::string(model_name);
-  return RequestMeter(metrics_, &metrics_->ForModel(label), method);
+  metrics::ModelMetrics& model = model_name.empty()
+                                     ? metrics_->ForModel(router_->DefaultModelName())
+                                     : metrics_->ForModel(model_name);
+  return RequestMeter(metrics_, &model, method);
 }
 
 AttentionService::~AttentionService() = default;
