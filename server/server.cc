@@ -44,6 +44,18 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model_poll_interval_ms: expected >= 0 (0 = off), got ", options.model_poll_interval_ms));
   }
+  // gRPC takes both as int milliseconds.
+  constexpr int64_t kMaxAgeMs = 2147483647;
+  if (options.max_connection_age_ms < 0 || options.max_connection_age_ms > kMaxAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat("max_connection_age_ms: expected 0..", kMaxAgeMs,
+                                                   " (0 = unlimited), got ",
+                                                   options.max_connection_age_ms));
+  }
+  if (options.max_connection_age_grace_ms < 0 || options.max_connection_age_grace_ms > kMaxAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat("max_connection_age_grace_ms: expected 0..",
+                                                   kMaxAgeMs, ", got ",
+                                                   options.max_connection_age_grace_ms));
+  }
   return absl::OkStatus();
 }
 
@@ -172,6 +184,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(options.max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(options.max_connection_age_grace_ms));
+  }
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("grpc_address: cannot listen on \"",

@@ -1,9 +1,30 @@
 #include "server/server_flags.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 
 namespace attnserve::server {
+namespace {
+
+// ATTNSERVE_ + the long name in upper case, '-' as '_', for every value flag (not --help, and
+// not --config: CLI11 reads the environment after the file).
+void AddEnvironmentNames(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option == app.get_help_ptr() || option == app.get_config_ptr() ||
+        option->get_lnames().empty()) {
+      continue;
+    }
+    std::string name = "ATTNSERVE_" + option->get_lnames().front();
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) {
+      return c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    });
+    option->envname(name);
+  }
+}
+
+}  // namespace
 
 void AddServerFlags(CLI::App& app, ServerFlags& flags) {
   ServerOptions& options = flags.server;
@@ -77,6 +98,15 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "is still open")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  app.add_option("--max-connection-age-s", flags.max_connection_age_s,
+                 "Seconds after which a client connection is asked to reconnect (GOAWAY), so "
+                 "clients re-resolve DNS and spread over new replicas (0 = never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-connection-age-grace-s", flags.max_connection_age_grace_s,
+                 "After that GOAWAY, seconds that calls already open may still run")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--log-level", flags.log_level,
                  "trace, debug (one line per request), info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -84,6 +114,7 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
   app.add_option("--log-format", flags.log_format, "text, or json (one object per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  AddEnvironmentNames(app);
 }
 
 void FinishServerFlags(ServerFlags& flags) {
@@ -94,6 +125,10 @@ void FinishServerFlags(ServerFlags& flags) {
   flags.server.repository.demo_model = kPolicies.at(flags.demo_model);
   flags.server.model_poll_interval_ms =
       static_cast<int64_t>(std::llround(flags.model_poll_interval_s * 1000.0));
+  flags.server.max_connection_age_ms =
+      static_cast<int64_t>(std::llround(flags.max_connection_age_s * 1000.0));
+  flags.server.max_connection_age_grace_ms =
+      static_cast<int64_t>(std::llround(flags.max_connection_age_grace_s * 1000.0));
 }
 
 }  // namespace attnserve::server

@@ -36,6 +36,13 @@ struct ServerOptions {
   // Largest request or response message, in bytes (gRPC's default of 4 MiB is one [2048, 512]
   // float32 tensor).
   int64_t max_message_bytes = int64_t{64} << 20;
+  // A connection older than this gets a GOAWAY and the client reconnects; 0 = connections live
+  // forever. Clients re-resolve DNS only when a connection closes, so behind a headless service
+  // this is what lets new replicas receive traffic from existing clients.
+  int64_t max_connection_age_ms = 0;
+  // After that GOAWAY, how long calls already open on the connection may still run before it is
+  // closed. Used only when max_connection_age_ms > 0.
+  int64_t max_connection_age_grace_ms = 30000;
 };
 
 }  // namespace attnserve::server

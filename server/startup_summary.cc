@@ -31,6 +31,10 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
   } else {
     spdlog::info("metrics off (--metrics-address \"\")");
   }
+  if (options.max_connection_age_ms > 0) {
+    spdlog::info("connections aged out after {} ms (GOAWAY; open calls get {} ms more)",
+                 options.max_connection_age_ms, options.max_connection_age_grace_ms);
+  }
   const auto models = server.router().Describe();
   spdlog::info("{} model(s) serving from repository {}", models.size(),
                options.repository.root.string());

@@ -29,15 +29,22 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 class AttnserveBinaryTest : public ::testing::Test {
  protected:
   // Starts attnserve on 127.0.0.1 with an ephemeral port and no repository folder (so the
-  // embedded demo model serves), plus `extra` flags; returns null on failure.
-  std::unique_ptr<ChildProcess> StartServer(const std::vector<std::string>& extra) {
+  // embedded demo model serves), plus `extra` flags and `environment` (NAME=value entries, set
+  // through env(1)); returns null on failure.
+  std::unique_ptr<ChildProcess> StartServer(const std::vector<std::string>& extra,
+                                            const std::vector<std::string>& environment = {}) {
     std::vector<std::string> args = {"--grpc-address",     "127.0.0.1:0",
                                      "--metrics-address",  "127.0.0.1:0",
                                      "--model-repository", (temp_.path() / "absent").string(),
                                      "--compute-threads",  "1"};
     args.insert(args.end(), extra.begin(), extra.end());
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
-        ChildProcess::Start(ATTNSERVE_BINARY, args);
+    std::string program = ATTNSERVE_BINARY;
+    if (!environment.empty()) {
+      args.insert(args.begin(), program);
+      args.insert(args.begin(), environment.begin(), environment.end());
+      program = "/usr/bin/env";
+    }
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(program, args);
     EXPECT_TRUE(child.ok()) << child.status();
     if (!child.ok()) return nullptr;
     std::optional<std::string> listening = (*child)->WaitForLine("(port ", kStartTimeout);
@@ -68,13 +75,29 @@ std::pair<int, std::string> RunToExit(const std::vector<std::string>& args) {
 TEST(AttnserveFlagsTest, HelpListsEveryFlagWithItsDefault) {
   const auto [code, output] = RunToExit({"--help"});
   EXPECT_EQ(code, 0);
-  for (const char* flag :
-       {"--grpc-address TEXT=0.0.0.0:50051", "--metrics-address TEXT=0.0.0.0:8002",
-        "--model-repository", "--config", "--demo-model", "--default-model",
-        "--model-poll-interval-s", "--max-batch-sequences", "--max-batch-tokens",
-        "--max-queue-delay-us", "--max-queue-size", "--batch-threads", "--max-sequence-length",
-        "--compute-threads", "--parallel-min-mflop", "--max-message-bytes", "--shutdown-grace-s",
-        "--log-level", "--log-format"}) {
+  for (const char* flag : {"--grpc-address TEXT=0.0.0.0:50051",
+                           "--metrics-address TEXT=0.0.0.0:8002",
+                           "--model-repository",
+                           "--config",
+                           "--demo-model",
+                           "--default-model",
+                           "--model-poll-interval-s",
+                           "--max-batch-sequences",
+                           "--max-batch-tokens",
+                           "--max-queue-delay-us",
+                           "--max-queue-size",
+                           "--batch-threads",
+                           "--max-sequence-length",
+                           "--compute-threads",
+                           "--parallel-min-mflop",
+                           "--max-message-bytes",
+                           "--shutdown-grace-s",
+                           "--max-connection-age-s FLOAT:FLOAT in [0 - 86400]=0",
+                           "--max-connection-age-grace-s",
+                           "--log-level",
+                           "--log-format",
+                           "(Env:ATTNSERVE_GRPC_ADDRESS)",
+                           "(Env:ATTNSERVE_MAX_CONNECTION_AGE_GRACE_S)"}) {
     EXPECT_THAT(output, HasSubstr(flag));
   }
 }
@@ -125,6 +148,28 @@ TEST_F(AttnserveBinaryTest, ConfigFileSetsFlagsAndTheCommandLineWins) {
   EXPECT_THAT(server->Output(), HasSubstr("max_queue_size=9"));
   server->Signal(SIGTERM);
   EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
+TEST_F(AttnserveBinaryTest, EnvironmentSetsFlagsAndTheCommandLineWins) {
+  std::unique_ptr<ChildProcess> server = StartServer(
+      {"--max-queue-size", "9"}, {"ATTNSERVE_MAX_BATCH_SEQUENCES=5", "ATTNSERVE_MAX_QUEUE_SIZE=7",
+                                  "ATTNSERVE_MAX_CONNECTION_AGE_S=2.5"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitForLine("threads:", kStartTimeout).has_value()) << server->Output();
+  EXPECT_THAT(server->Output(), HasSubstr("max_batch_sequences=5"));
+  EXPECT_THAT(server->Output(), HasSubstr("max_queue_size=9"));
+  EXPECT_THAT(server->Output(), HasSubstr("connections aged out after 2500 ms"));
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
+TEST_F(AttnserveBinaryTest, ABadEnvironmentValueExitsNonZeroNamingTheFlag) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
+      "/usr/bin/env", {"ATTNSERVE_LOG_FORMAT=xml", ATTNSERVE_BINARY, "--model-repository",
+                       (temp_.path() / "absent").string()});
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_NE((*child)->Wait(absl::Seconds(60)), 0);
+  EXPECT_THAT((*child)->Output(), HasSubstr("--log-format: xml"));
 }
 
 TEST_F(AttnserveBinaryTest, JsonLogLinesAreJsonObjects) {
