@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 (bookworm) package that attnserve's build, tests, benchmarks and tools need.
+# Installs the Debian 12 (bookworm) packages attnserve needs, by profile:
+#   dev (default)  everything: building, every test, benchmarks and tools (deploy/build.sh, test.sh)
+#   build          only what compiling the server and attnserve-cli needs (the Dockerfile's build
+#                  stage: no test frameworks, no PyTorch)
+#   container      podman and what deploy/container-test.sh needs to build and run the image
+#                  without a Docker engine
 # Idempotent and non-interactive: packages already present are left as they are.
-# Usage: deploy/install-deps.sh        (as root, or as a user with sudo)
+# Usage: deploy/install-deps.sh [dev|build|container]...   (as root, or as a user with sudo)
 set -euo pipefail
 
-packages=(
+build_packages=(
   # Toolchain and build.
-  build-essential cmake ninja-build pkg-config git clang-format
+  build-essential cmake ninja-build pkg-config
   # Core: oneDNN 2.6 (v2 API), abseil for Status/StatusOr.
   # ocl-icd-opencl-dev: Debian's dnnl CMake config requires OpenCL even for CPU-only use.
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libabsl-dev
@@ -14,15 +19,36 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   # The gRPC server: gRPC 1.51 (with reflection), protobuf 3.21 and its compiler, spdlog 1.10.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libspdlog-dev
-  # Metrics: prometheus-cpp 1.0 (core and pull exposer); Prometheus itself and promtool for the
-  # real-scrape test and the dashboard's query check.
-  prometheus-cpp-dev prometheus
-  # Tests and benchmarks.
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # Metrics: prometheus-cpp 1.0 (core and pull exposer).
+  prometheus-cpp-dev
+)
+dev_packages=(
+  "${build_packages[@]}"
+  git clang-format
+  # Prometheus itself and promtool, for the real-scrape test and the dashboard's query check.
+  prometheus
+  # Tests and benchmarks; python3-yaml for the deployment files' check (tests/deploy).
+  libgtest-dev libgmock-dev libbenchmark-dev python3-yaml
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
   # links the reference BLAS; the OpenBLAS alternative makes it ~20x faster.
   python3 python3-numpy python3-torch libopenblas0-pthread
 )
+container_packages=(
+  # podman builds and runs the image; runc, because crun fails on hosts with hybrid cgroups;
+  # debootstrap makes the Debian base image locally (no registry is reachable); iproute2 gives the
+  # test its own network namespace.
+  podman runc debootstrap iproute2 python3
+)
+
+packages=()
+for profile in "${@:-dev}"; do
+  case $profile in
+    dev) packages+=("${dev_packages[@]}") ;;
+    build) packages+=("${build_packages[@]}") ;;
+    container) packages+=("${container_packages[@]}") ;;
+    *) echo "install-deps: unknown profile '$profile' (expected dev, build or container)" >&2; exit 2 ;;
+  esac
+done
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -36,7 +62,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages already installed"
+  echo "install-deps: all ${#packages[@]} packages (${*:-dev}) already installed"
   exit 0
 fi
 
