@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/aligned_buffer.h"
 #include "core/attention_tile.h"
 #include "core/finite_values.h"
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
 #include "core/score_masking.h"
+#include "core/util/aligned_buffer.h"
 
 namespace attnserve::core {
 namespace {

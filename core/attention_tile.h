@@ -14,9 +14,9 @@
 #include <dnnl.hpp>
 
 #include "absl/status/statusor.h"
-#include "core/aligned_buffer.h"
-#include "core/lru_cache.h"
 #include "core/onednn_support.h"
+#include "core/util/aligned_buffer.h"
+#include "core/util/lru_cache.h"
 
 namespace attnserve::core {
 

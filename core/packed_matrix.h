@@ -11,7 +11,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "core/aligned_buffer.h"
+#include "core/util/aligned_buffer.h"
 
 namespace attnserve::core {
 

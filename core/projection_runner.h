@@ -10,10 +10,10 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/aligned_buffer.h"
-#include "core/lru_cache.h"
 #include "core/onednn_support.h"
 #include "core/packed_matrix.h"
+#include "core/util/aligned_buffer.h"
+#include "core/util/lru_cache.h"
 
 namespace attnserve::core {
 

@@ -119,12 +119,12 @@ absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out) 
   return absl::OkStatus();
 }
 
-absl::Status ListModels(const model::ModelRepositoryOptions& options, std::ostream& out) {
-  absl::StatusOr<std::unique_ptr<model::ModelRepository>> repo =
-      model::ModelRepository::Open(options);
+absl::Status ListModels(const repository::ModelRepositoryOptions& options, std::ostream& out) {
+  absl::StatusOr<std::unique_ptr<repository::ModelRepository>> repo =
+      repository::ModelRepository::Open(options);
   if (!repo.ok()) return repo.status();
   int failed = 0;
-  for (const model::ModelState& state : (*repo)->States()) {
+  for (const repository::ModelState& state : (*repo)->States()) {
     if (state.serving) {
       out << state.name << "  v" << state.serving->version << "  "
           << Describe(state.serving->config.attention) << "  (" << state.serving->source << ")\n";

@@ -10,9 +10,9 @@
 
 #include "absl/status/status.h"
 #include "core/attention_config.h"
-#include "core/model/model_repository.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/weight_naming.h"
+#include "server/repository/model_repository.h"
 
 namespace attnserve::tools {
 
@@ -39,7 +39,7 @@ absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out);
 // Opens the repository as the server would and prints one line per model: name, version, shape
 // and source, or the load error. Returns an error only when the repository cannot be opened or
 // some model failed to load (after printing everything).
-absl::Status ListModels(const model::ModelRepositoryOptions& options, std::ostream& out);
+absl::Status ListModels(const repository::ModelRepositoryOptions& options, std::ostream& out);
 
 }  // namespace attnserve::tools
 

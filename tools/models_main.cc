@@ -10,9 +10,9 @@
 namespace {
 
 using attnserve::core::AttentionVariant;
-using attnserve::model::DemoModelPolicy;
 using attnserve::model::TensorDtype;
 using attnserve::model::WeightNaming;
+using attnserve::repository::DemoModelPolicy;
 
 int Report(const absl::Status& status) {
   if (status.ok()) return 0;
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   CLI::App* check = app.add_subcommand("check", "load a model folder as the server would");
   check->add_option("folder", folder, "model folder, e.g. models/demo2")->required();
 
-  attnserve::model::ModelRepositoryOptions list_options;
+  attnserve::repository::ModelRepositoryOptions list_options;
   CLI::App* list = app.add_subcommand("list", "load a repository as the server would");
   list->add_option("--model-repository", list_options.root, "repository folder")
       ->capture_default_str();

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/src/channel.h"
 #include "client/src/conversion.h"
-#include "core/happens_before.h"
+#include "core/util/happens_before.h"
 
 namespace attnserve::client::internal {
 
@@ -82,7 +82,7 @@ StreamSession::Next StreamSession::NextWriteLocked() {
 
 void StreamSession::Perform(Next next) {
   // Each operation hands off to its reaction, and everything so far to OnDone
-  // (core/happens_before.h).
+  // (core/util/happens_before.h).
   HandOff(this);
   if (next.kind == Next::kWrite) {
     HandOff(&to_write_);

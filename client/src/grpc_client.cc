@@ -11,7 +11,7 @@
 #include "client/src/attend_session.h"
 #include "client/src/channel.h"
 #include "client/src/conversion.h"
-#include "core/happens_before.h"
+#include "core/util/happens_before.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attnserve::client {
@@ -67,7 +67,7 @@ class GrpcClient final : public Client {
     call->done = std::move(done);
     SetDeadline(options.deadline, &call->context);
     Call* raw = call.release();
-    HandOff(raw);  // To the callback, on a gRPC thread (core/happens_before.h).
+    HandOff(raw);  // To the callback, on a gRPC thread (core/util/happens_before.h).
     stub_->async()->Attend(
         &raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
           TakeOver(raw);

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "core/model/half_float.h"
 #include "core/model/json_text.h"
+#include "core/util/checked_math.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::model {
@@ -73,17 +74,6 @@ std::string JsonText(const Json& value) { return JsonSnippet(value, 80); }
 
 absl::Status TensorError(absl::string_view name, absl::string_view detail) {
   return absl::InvalidArgumentError(absl::StrCat(TensorLabel(name), ": ", detail));
-}
-
-// The product of `shape`, or nullopt when it does not fit in int64_t. A zero dimension makes the
-// product zero whatever the others are.
-std::optional<int64_t> CheckedProduct(const std::vector<int64_t>& shape) {
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
-  int64_t product = 1;
-  for (int64_t dim : shape) {
-    if (__builtin_mul_overflow(product, dim, &product)) return std::nullopt;
-  }
-  return product;
 }
 
 // One top-level entry after its own checks, before the cross-entry range checks.

@@ -19,7 +19,6 @@ absl::Status ValidateBatchingOptions(const BatchingOptions& options) {
            CheckAtLeast("max_batch_tokens", 1, options.max_batch_tokens),
            CheckAtLeast("max_queue_delay_us", 0, options.max_queue_delay_us),
            CheckAtLeast("max_queue_size", 1, options.max_queue_size),
-           CheckAtLeast("num_batch_threads", 1, options.num_batch_threads),
        }) {
     if (!status.ok()) return status;
   }

@@ -1,4 +1,5 @@
-// BatchingOptions: how the batcher groups tasks into batches, and how much it queues.
+// BatchingOptions: how one BatchQueue (shared_batch_scheduler.h) groups its tasks into batches,
+// and how much it queues. The batch threads belong to the scheduler, not to a queue.
 //
 // A plain value type; copy freely. Thread-safe as any const value.
 #ifndef ATTNSERVE_SERVER_BATCHING_BATCHING_OPTIONS_H_
@@ -27,9 +28,6 @@ struct BatchingOptions {
   // The most tasks (not sequences) waiting to join a batch. >= 1. Schedule refuses more with
   // ResourceExhausted at once rather than let latency grow without bound.
   int64_t max_queue_size = 1024;
-  // Threads that form and run batches; each runs one batch at a time. >= 1. Fixed when the
-  // batcher is built (UpdateOptions ignores it).
-  int num_batch_threads = 1;
 };
 
 // OK, or InvalidArgument naming the first bad field, what it expects and what it got.

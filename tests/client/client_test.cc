@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/notification.h"
+#include "core/util/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/service/server_test_support.h"
@@ -161,8 +161,9 @@ TEST_F(ClientTest, ErrorsKeepTheServersCodeAndMessage) {
 
 TEST_F(ClientTest, ACallPastItsDeadlineIsDeadlineExceeded) {
   server::ServerOptions options = TestServerOptions();
-  options.router.batching.max_queue_delay_us = 60'000'000;  // Batches wait for a second request.
-  options.router.batching.max_batch_sequences = 2;
+  options.model_limits.batching.max_queue_delay_us =
+      60'000'000;  // Batches wait for a second request.
+  options.model_limits.batching.max_batch_sequences = 2;
   StartWith(options, {.max_attempts = 1});
   const std::vector<float> input = TestValues(2 * kSmallWidth, 5);
   absl::StatusOr<ac::AttendResult> late = client().Attend(

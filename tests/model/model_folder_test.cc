@@ -15,11 +15,11 @@
 #include "core/attention_weights.h"
 #include "core/model/half_float.h"
 #include "core/model/model.h"
-#include "core/model/model_repository.h"
 #include "core/model/model_writer.h"
 #include "core/model/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/repository/model_repository.h"
 #include "tests/reference/reference_attention.h"
 #include "tests/support/temp_folder.h"
 
@@ -224,8 +224,8 @@ TEST_P(BrokenFolderTest, GivesItsOwnErrorAndTheRepositoryServesTheOthers) {
   EXPECT_THAT(message, HasSubstr(broken.string()));
   for (const std::string& fragment : c.fragments) EXPECT_THAT(message, HasSubstr(fragment));
 
-  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
-      ModelRepository::Open({.root = repo.path()});
+  absl::StatusOr<std::unique_ptr<repository::ModelRepository>> repository =
+      repository::ModelRepository::Open({.root = repo.path()});
   ASSERT_TRUE(repository.ok()) << repository.status();
   absl::StatusOr<std::shared_ptr<const Model>> good = (*repository)->Get("good");
   ASSERT_TRUE(good.ok()) << good.status();

@@ -22,15 +22,13 @@ TEST(BatchingOptionsTest, DefaultsAreValid) {
   EXPECT_EQ(options.max_batch_tokens, 8192);
   EXPECT_EQ(options.max_queue_delay_us, 0);
   EXPECT_EQ(options.max_queue_size, 1024);
-  EXPECT_EQ(options.num_batch_threads, 1);
 }
 
 TEST(BatchingOptionsTest, SmallestValidValuesPass) {
   BatchingOptions options{.max_batch_sequences = 1,
                           .max_batch_tokens = 1,
                           .max_queue_delay_us = 0,
-                          .max_queue_size = 1,
-                          .num_batch_threads = 1};
+                          .max_queue_size = 1};
   EXPECT_TRUE(ValidateBatchingOptions(options).ok());
 }
 
@@ -49,8 +47,6 @@ TEST(BatchingOptionsTest, EachBadFieldIsNamedWithExpectedAndReceivedValue) {
       {"max_queue_delay_us", [](BatchingOptions& o) { o.max_queue_delay_us = -1; },
        "expected >= 0, got -1"},
       {"max_queue_size", [](BatchingOptions& o) { o.max_queue_size = 0; }, "expected >= 1, got 0"},
-      {"num_batch_threads", [](BatchingOptions& o) { o.num_batch_threads = 0; },
-       "expected >= 1, got 0"},
   };
   for (const BadField& bad : cases) {
     SCOPED_TRACE(bad.field);

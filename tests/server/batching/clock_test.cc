@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/time/time.h"
-#include "core/notification.h"
+#include "core/util/notification.h"
 #include "gtest/gtest.h"
 #include "server/batching/fake_clock.h"
 

@@ -22,8 +22,8 @@
 #include "core/model/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/attend_work.h"
-#include "server/conversion.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/runtime/attend_work.h"
 #include "tests/server/conversion/conversion_test_support.h"
 
 namespace attnserve::testing {
@@ -32,7 +32,7 @@ namespace {
 using ::testing::HasSubstr;
 namespace v1 = ::attnserve::v1;
 using server::AttendWork;
-using server::RequestLimits;
+using server::ModelLimits;
 
 // Every bad input: InvalidArgument naming the field, the expected and the received value.
 
@@ -41,7 +41,7 @@ struct BadCase {
   bool rank2 = false;  // mutate Rank2Request() instead of Rank3Request()
   std::function<void(v1::AttendRequest&)> mutate;
   std::string field, expected, received;
-  RequestLimits limits = {};
+  ModelLimits limits = {};
 };
 
 void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
@@ -62,8 +62,8 @@ TEST_P(BadRequestTest, RejectedNamingFieldExpectedAndReceived) {
   EXPECT_THAT(message, HasSubstr(c.received));
 }
 
-RequestLimits With(std::function<void(RequestLimits&)> change) {
-  RequestLimits limits;
+ModelLimits With(std::function<void(ModelLimits&)> change) {
+  ModelLimits limits;
   change(limits);
   return limits;
 }
@@ -248,20 +248,20 @@ std::vector<BadCase> BadCases() {
       // limits
       {"QueryTooLong", false, [](R&) {}, "input.shape[1]",
        "expected a sequence length <= max_sequence_length 2 " + tiny, "got 3",
-       With([](RequestLimits& l) { l.max_sequence_length = 2; })},
+       With([](ModelLimits& l) { l.request.max_sequence_length = 2; })},
       {"QueryTooLongRank2", true, [](R&) {}, "input.shape[0]", "max_sequence_length 2 " + tiny,
-       "got 3", With([](RequestLimits& l) { l.max_sequence_length = 2; })},
+       "got 3", With([](ModelLimits& l) { l.request.max_sequence_length = 2; })},
       {"MemoryTooLong", false, [](R&) {}, "memory.shape[1]", "max_sequence_length 3 " + tiny,
-       "got 4", With([](RequestLimits& l) { l.max_sequence_length = 3; })},
+       "got 4", With([](ModelLimits& l) { l.request.max_sequence_length = 3; })},
       {"TooManySequences", false, [](R&) {}, "input.shape[0]", "max_batch_sequences 1 " + tiny,
-       "got 2", With([](RequestLimits& l) { l.max_batch_sequences = 1; })},
+       "got 2", With([](ModelLimits& l) { l.batching.max_batch_sequences = 1; })},
       {"TooManyTokens", false, [](R&) {}, "lengths", "max_batch_tokens 4 " + tiny, "got 5",
-       With([](RequestLimits& l) { l.max_batch_tokens = 4; })},
+       With([](ModelLimits& l) { l.batching.max_batch_tokens = 4; })},
       // Output 2·3·8·4 = 192 bytes plus weights 2·2·3·4·4 = 192 bytes.
       {"ResponseTooLarge", false, [](R&) {},
        "response size (input.shape, memory.shape, return_weights)",
        "max_response_bytes 383 " + tiny, "got 384 bytes",
-       With([](RequestLimits& l) { l.max_response_bytes = 383; })},
+       With([](ModelLimits& l) { l.request.max_response_bytes = 383; })},
   };
 }
 
@@ -271,15 +271,16 @@ INSTANTIATE_TEST_SUITE_P(Conversion, BadRequestTest, ::testing::ValuesIn(BadCase
 // ---------------------------------------------------------------------------------------------
 // Hostile values: clean errors, never a crash, an overflow or a giant allocation.
 
-RequestLimits Unlimited() {
+ModelLimits Unlimited() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  return {.max_sequence_length = kMax,
-          .max_batch_sequences = kMax,
-          .max_batch_tokens = kMax,
-          .max_response_bytes = kMax};
+  ModelLimits limits;
+  limits.batching.max_batch_sequences = kMax;
+  limits.batching.max_batch_tokens = kMax;
+  limits.request = {.max_sequence_length = kMax, .max_response_bytes = kMax};
+  return limits;
 }
 
-void ExpectInvalid(const v1::AttendRequest& request, const RequestLimits& limits,
+void ExpectInvalid(const v1::AttendRequest& request, const ModelLimits& limits,
                    const std::string& field, const std::string& received) {
   const absl::StatusOr<AttendWork> work = Parse(request, limits);
   ASSERT_FALSE(work.ok());

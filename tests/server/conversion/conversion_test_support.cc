@@ -87,7 +87,7 @@ v1::AttendRequest Rank2Request() {
 }
 
 absl::StatusOr<server::AttendWork> Parse(const v1::AttendRequest& request,
-                                         const server::RequestLimits& limits) {
+                                         const server::ModelLimits& limits) {
   return server::ParseAttendRequest(request, TinyModel(), limits);
 }
 

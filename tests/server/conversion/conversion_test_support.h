@@ -11,8 +11,8 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attention.pb.h"
 #include "core/model/model.h"
-#include "server/attend_work.h"
-#include "server/conversion.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/runtime/attend_work.h"
 
 namespace attnserve::testing {
 
@@ -39,7 +39,7 @@ v1::AttendRequest Rank3Request();
 v1::AttendRequest Rank2Request();
 // ParseAttendRequest against TinyModel().
 absl::StatusOr<server::AttendWork> Parse(const v1::AttendRequest& request,
-                                         const server::RequestLimits& limits = {});
+                                         const server::ModelLimits& limits = {});
 
 }  // namespace attnserve::testing
 

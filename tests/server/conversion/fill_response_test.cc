@@ -22,8 +22,9 @@
 #include "core/model/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/attend_work.h"
-#include "server/conversion.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/conversion/grpc_status.h"
+#include "server/runtime/attend_work.h"
 #include "tests/server/conversion/conversion_test_support.h"
 
 namespace attnserve::testing {
@@ -186,12 +187,12 @@ TEST(FillAttendResponseTest, MismatchedResultIsInternalAndLeavesResponseAlone) {
 // FillModelInfo and ToGrpcStatus.
 
 TEST(FillModelInfoTest, DescribesModelAndLimits) {
-  const server::ModelLimits limits{.request = {.max_sequence_length = 1024,
-                                               .max_batch_sequences = 16,
-                                               .max_batch_tokens = 2048,
-                                               .max_response_bytes = 1 << 20},
-                                   .max_queue_delay_us = 250,
-                                   .max_queue_size = 99};
+  const server::ModelLimits limits{
+      .batching = {.max_batch_sequences = 16,
+                   .max_batch_tokens = 2048,
+                   .max_queue_delay_us = 250,
+                   .max_queue_size = 99},
+      .request = {.max_sequence_length = 1024, .max_response_bytes = 1 << 20}};
   v1::ModelInfo info;
   info.set_name("stale");
   server::FillModelInfo(*TinyModel(), limits, /*is_default=*/true, &info);

@@ -22,8 +22,8 @@
 #include "core/model/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/attend_work.h"
-#include "server/conversion.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/runtime/attend_work.h"
 #include "tests/server/conversion/conversion_test_support.h"
 
 namespace attnserve::testing {
@@ -34,7 +34,7 @@ using ::testing::ElementsAreArray;
 using ::testing::IsEmpty;
 namespace v1 = ::attnserve::v1;
 using server::AttendWork;
-using server::RequestLimits;
+using server::ModelLimits;
 
 // Good requests: what lands in the AttendWork.
 
@@ -181,16 +181,16 @@ TEST(ParseAttendRequestTest, AttnMaskSelfAttentionRank2UsesLengthForBothSides) {
 }
 
 TEST(ParseAttendRequestTest, LimitsAreInclusive) {
-  const RequestLimits exact{.max_sequence_length = 4,
-                            .max_batch_sequences = 2,
-                            .max_batch_tokens = 5,
-                            .max_response_bytes = 384};
+  ModelLimits exact;
+  exact.batching.max_batch_sequences = 2;
+  exact.batching.max_batch_tokens = 5;
+  exact.request = {.max_sequence_length = 4, .max_response_bytes = 384};
   EXPECT_TRUE(Parse(Rank3Request(), exact).ok());
   // Without weights the response is the 192-byte output alone.
   v1::AttendRequest request = Rank3Request();
   request.set_return_weights(false);
-  EXPECT_TRUE(Parse(request, {.max_response_bytes = 192}).ok());
-  EXPECT_FALSE(Parse(request, {.max_response_bytes = 191}).ok());
+  EXPECT_TRUE(Parse(request, {.batching = {}, .request = {.max_response_bytes = 192}}).ok());
+  EXPECT_FALSE(Parse(request, {.batching = {}, .request = {.max_response_bytes = 191}}).ok());
 }
 
 }  // namespace

@@ -160,16 +160,16 @@ TEST_F(MetricsScrapeTest, LatencyHistogramsUseTheDocumentedBuckets) {
 TEST_F(MetricsScrapeTest, AFullQueueIsCountedAndTheWaitingRequestIsInFlight) {
   server::ServerOptions options = TestServerOptions();
   // One queue slot, and a batch that waits (up to a minute) for a second sequence.
-  options.router.batching.max_queue_delay_us = 60'000'000;
-  options.router.batching.max_batch_sequences = 2;
-  options.router.batching.max_queue_size = 1;
+  options.model_limits.batching.max_queue_delay_us = 60'000'000;
+  options.model_limits.batching.max_batch_sequences = 2;
+  options.model_limits.batching.max_queue_size = 1;
   StartServer(options);
   AsyncCall waiting(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 1));
   // Until the first request holds the slot, a second one may still be accepted: wait for it.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
   ASSERT_TRUE(route.ok());
-  while (route->batcher->QueueSize() != 1) {
+  while (route->queue->QueueSize() != 1) {
     ASSERT_LT(std::chrono::steady_clock::now(), give_up);
     std::this_thread::yield();
   }
@@ -234,7 +234,7 @@ TEST_F(MetricsScrapeTest, AnEmptyAddressTurnsMetricsOff) {
 TEST(MetricsAddressTest, BadOrTakenAddressesFailTheStartNamingTheOption) {
   server::ServerOptions options = TestServerOptions();
   options.repository.root = "/nonexistent-attnserve-repository";
-  options.repository.demo_model = model::DemoModelPolicy::kAlways;
+  options.repository.demo_model = repository::DemoModelPolicy::kAlways;
   options.metrics_address = "no-port";
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Start(options);
   ASSERT_FALSE(server.ok());

@@ -11,8 +11,8 @@
 
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "core/happens_before.h"
-#include "core/notification.h"
+#include "core/util/happens_before.h"
+#include "core/util/notification.h"
 
 namespace attnserve::testing {
 
@@ -23,7 +23,7 @@ class AsyncCall {
             std::chrono::milliseconds deadline = std::chrono::seconds(30))
       : request_(std::move(request)) {
     context_.set_deadline(std::chrono::system_clock::now() + deadline);
-    HandOff(this);  // To the callback, on a gRPC thread (core/happens_before.h).
+    HandOff(this);  // To the callback, on a gRPC thread (core/util/happens_before.h).
     stub.async()->Attend(&context_, &request_, &response_, [this](grpc::Status status) {
       TakeOver(this);
       status_ = std::move(status);

@@ -116,9 +116,10 @@ TEST_F(AttendTest, ListAndGetModelDescribeEveryServingModel) {
   EXPECT_EQ(small.dtype(), "fp32");
   EXPECT_EQ(small.parameter_count(), 4 * kSmallWidth * kSmallWidth + 4 * kSmallWidth);
   const server::ServerOptions defaults = TestServerOptions();
-  EXPECT_EQ(small.batching().max_batch_sequences(), defaults.router.batching.max_batch_sequences);
-  EXPECT_EQ(small.batching().max_queue_size(), defaults.router.batching.max_queue_size);
-  EXPECT_EQ(small.max_sequence_length(), defaults.router.max_sequence_length);
+  EXPECT_EQ(small.batching().max_batch_sequences(),
+            defaults.model_limits.batching.max_batch_sequences);
+  EXPECT_EQ(small.batching().max_queue_size(), defaults.model_limits.batching.max_queue_size);
+  EXPECT_EQ(small.max_sequence_length(), defaults.model_limits.request.max_sequence_length);
   EXPECT_FALSE(small.is_default());  // Two models, none named demo.
 
   grpc::ClientContext get_context;

@@ -296,8 +296,8 @@ class BadInputTest : public ServerTest {
  protected:
   void SetUp() override {
     server::ServerOptions options = TestServerOptions();
-    options.router.max_sequence_length = kMaxSequenceLength;
-    options.router.batching.max_batch_sequences = kMaxBatchSequences;
+    options.model_limits.request.max_sequence_length = kMaxSequenceLength;
+    options.model_limits.batching.max_batch_sequences = kMaxBatchSequences;
     options.max_message_bytes = kMaxMessageBytes;
     StartServer(options);
   }

@@ -23,9 +23,9 @@ constexpr int64_t kLongDelayUs = 60'000'000;
 
 server::ServerOptions HeldBackOptions(int64_t max_batch_sequences, int64_t max_queue_size = 64) {
   server::ServerOptions options = TestServerOptions();
-  options.router.batching.max_queue_delay_us = kLongDelayUs;
-  options.router.batching.max_batch_sequences = max_batch_sequences;
-  options.router.batching.max_queue_size = max_queue_size;
+  options.model_limits.batching.max_queue_delay_us = kLongDelayUs;
+  options.model_limits.batching.max_batch_sequences = max_batch_sequences;
+  options.model_limits.batching.max_queue_size = max_queue_size;
   return options;
 }
 
@@ -63,9 +63,9 @@ class BatchingTest : public ServerTest {
     absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
     ASSERT_TRUE(route.ok());
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (route->batcher->QueueSize() != size) {
+    while (route->queue->QueueSize() != size) {
       ASSERT_LT(std::chrono::steady_clock::now(), give_up)
-          << "queue size " << route->batcher->QueueSize() << ", waiting for " << size;
+          << "queue size " << route->queue->QueueSize() << ", waiting for " << size;
       std::this_thread::yield();
     }
   }

@@ -22,7 +22,7 @@ class DrainTest : public ServerTest {
  protected:
   void StartHeldBack() {
     server::ServerOptions options = TestServerOptions();
-    options.router.batching.max_queue_delay_us = 60'000'000;
+    options.model_limits.batching.max_queue_delay_us = 60'000'000;
     StartServer(options);
   }
   HealthStatus::ServingStatus Check(const std::string& service, grpc::StatusCode* code) {
@@ -47,7 +47,7 @@ TEST_F(DrainTest, ShutdownAnswersEveryAcceptedRequestAndRefusesNewOnes) {
   absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
   ASSERT_TRUE(route.ok());
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (route->batcher->QueueSize() != 8) {
+  while (route->queue->QueueSize() != 8) {
     ASSERT_LT(std::chrono::steady_clock::now(), give_up);
     std::this_thread::yield();
   }

@@ -111,7 +111,7 @@ TEST_F(ReloadTest, BrokenUpdateKeepsTheServingVersion) {
   std::filesystem::resize_file(repository() / kSmallModel / "weights.safetensors", 100);
   // The failed load is recorded; the old version keeps answering meanwhile.
   ASSERT_TRUE(Eventually([&] {
-    for (const model::ModelState& state : server().router().repository().States()) {
+    for (const repository::ModelState& state : server().lifecycle().States()) {
       if (state.name == kSmallModel && !state.last_error.ok()) return true;
     }
     return false;

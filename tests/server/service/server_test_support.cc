@@ -29,8 +29,8 @@ server::ServerOptions TestServerOptions() {
   options.grpc_address = "127.0.0.1:0";
   options.metrics_address = "127.0.0.1:0";
   options.model_poll_interval_ms = 0;
-  options.repository.demo_model = model::DemoModelPolicy::kNever;
-  options.router.batching.max_queue_delay_us = 0;
+  options.repository.demo_model = repository::DemoModelPolicy::kNever;
+  options.model_limits.batching.max_queue_delay_us = 0;
   options.runner.compute_threads = 1;
   return options;
 }

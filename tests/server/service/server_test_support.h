@@ -14,7 +14,7 @@
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention_layer.h"
 #include "gtest/gtest.h"
-#include "server/server.h"
+#include "server/app/server.h"
 #include "tests/support/temp_folder.h"
 
 namespace attnserve::testing {

@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "core/notification.h"
-#include "server/attend_stream_reactor.h"
+#include "core/util/notification.h"
+#include "server/service/attend_stream_reactor.h"
 #include "tests/server/service/server_test_support.h"
 
 namespace attnserve::testing {
@@ -251,8 +251,8 @@ TEST_F(StreamTest, ClientNotReadingPastTheInFlightLimitIsServedOnceItReads) {
 TEST_F(StreamTest, MessagesSentBackToBackShareAFullBatch) {
   constexpr int64_t kDelayUs = 5'000'000;
   server::ServerOptions options = TestServerOptions();
-  options.router.batching.max_queue_delay_us = kDelayUs;
-  options.router.batching.max_batch_sequences = 4;
+  options.model_limits.batching.max_queue_delay_us = kDelayUs;
+  options.model_limits.batching.max_batch_sequences = 4;
   Start(options);
   std::vector<v1::AttendRequest> requests;
   int64_t tokens = 0;
@@ -314,10 +314,10 @@ TEST_F(StreamTest, ClientCancellingMidStreamSeesCancelledAndTheServerGoesOn) {
 TEST_F(StreamTest, AClientLeavingWhileReadingIsPausedDoesNotLeaveTheStreamOpen) {
   // Answers are held back a second, so the server stops reading at its in-flight limit.
   server::ServerOptions options = TestServerOptions();
-  options.router.batching.max_queue_delay_us = 1'000'000;
-  options.router.batching.max_queue_size = 4096;
-  options.router.batching.max_batch_sequences = 4096;
-  options.router.batching.max_batch_tokens = 1 << 20;
+  options.model_limits.batching.max_queue_delay_us = 1'000'000;
+  options.model_limits.batching.max_queue_size = 4096;
+  options.model_limits.batching.max_batch_sequences = 4096;
+  options.model_limits.batching.max_batch_tokens = 1 << 20;
   Start(options);
   const int limit = server::AttendStreamReactor::kMaxInFlightPerStream;
   std::vector<v1::AttendRequest> requests;
@@ -331,8 +331,8 @@ TEST_F(StreamTest, AClientLeavingWhileReadingIsPausedDoesNotLeaveTheStreamOpen) 
     absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
     ASSERT_TRUE(route.ok());
     const absl::Time give_up = absl::Now() + kPatience;
-    while (route->batcher->QueueSize() < limit) {
-      ASSERT_LT(absl::Now(), give_up) << "queued " << route->batcher->QueueSize();
+    while (route->queue->QueueSize() < limit) {
+      ASSERT_LT(absl::Now(), give_up) << "queued " << route->queue->QueueSize();
       std::this_thread::yield();
     }
     EXPECT_EQ(server().service().OpenStreams(), 1);
@@ -379,7 +379,7 @@ TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
 TEST_F(StreamTest, DrainWithMessagesInFlightAnswersEveryAcceptedOneThenEndsWithOk) {
   server::ServerOptions options = TestServerOptions();
   // Some messages wait in the batcher when the drain starts.
-  options.router.batching.max_queue_delay_us = 20'000;
+  options.model_limits.batching.max_queue_delay_us = 20'000;
   Start(options);
   std::vector<v1::AttendRequest> requests;
   for (int i = 0; i < 40; ++i) {

@@ -1,0 +1,260 @@
+#include "server/app/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/onednn_support.h"
+#include "server/batching/batching_options.h"
+#include "server/runtime/compute_budget.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+namespace {
+
+// How long a draining server keeps its connections open after the last call is answered. On a
+// busy machine the final answers can take milliseconds to reach the client's socket.
+constexpr std::chrono::milliseconds kCloseLinger{50};
+
+absl::Status ValidateOptions(const ServerOptions& options) {
+  if (absl::Status status = ValidateModelLimits(options.model_limits); !status.ok()) {
+    return status;
+  }
+  if (options.max_message_bytes < 1024 || options.max_message_bytes > (int64_t{2} << 30) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes: expected 1024..2147483647, got ", options.max_message_bytes));
+  }
+  if (options.runner.compute_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compute_threads: expected >= 0 (0 = one per core), got ", options.runner.compute_threads));
+  }
+  if (options.model_poll_interval_ms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model_poll_interval_ms: expected >= 0 (0 = off), got ", options.model_poll_interval_ms));
+  }
+  // gRPC takes both as int milliseconds.
+  constexpr int64_t kMaxAgeMs = 2147483647;
+  if (options.max_connection_age_ms < 0 || options.max_connection_age_ms > kMaxAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat("max_connection_age_ms: expected 0..", kMaxAgeMs,
+                                                   " (0 = unlimited), got ",
+                                                   options.max_connection_age_ms));
+  }
+  if (options.max_connection_age_grace_ms < 0 || options.max_connection_age_grace_ms > kMaxAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat("max_connection_age_grace_ms: expected 0..",
+                                                   kMaxAgeMs, ", got ",
+                                                   options.max_connection_age_grace_ms));
+  }
+  return absl::OkStatus();
+}
+
+void LogModelEvents(const std::vector<repository::ModelEvent>& events) {
+  for (const repository::ModelEvent& event : events) {
+    if (event.kind == repository::ModelEvent::Kind::kFailed) {
+      spdlog::error("model {}: load failed, version {} keeps serving: {}", event.name,
+                    event.version, event.status.ToString());
+    } else {
+      spdlog::info("model {}: {} (serving version {})", event.name,
+                   repository::EventKindName(event.kind), event.version);
+    }
+  }
+}
+
+void CountModelEvents(const std::vector<repository::ModelEvent>& events,
+                      metrics::ServerMetrics* metrics) {
+  if (metrics == nullptr) return;
+  for (const repository::ModelEvent& event : events) {
+    if (event.kind == repository::ModelEvent::Kind::kFailed) {
+      metrics->CountLoadFailure(event.name);
+    } else {
+      metrics->AddModel(event.name);
+    }
+  }
+}
+
+// Every model the repository knows at start gets its labels; failed loads are counted.
+void RegisterModels(const std::vector<repository::ModelState>& states,
+                    metrics::ServerMetrics* metrics) {
+  if (metrics == nullptr) return;
+  for (const repository::ModelState& state : states) {
+    metrics->AddModel(state.name);
+    if (!state.last_error.ok()) metrics->CountLoadFailure(state.name);
+  }
+}
+
+// What each executed batch adds to the metrics (nothing without metrics).
+BatchRunner::BatchListener BatchMetricsListener(metrics::ServerMetrics* metrics) {
+  if (metrics == nullptr) return nullptr;
+  return [metrics](const BatchReport& report) {
+    metrics::ModelMetrics& model = metrics->ForModel(report.model);
+    model.RecordBatch(report.sequences, report.tokens, report.compute_us * 1e-6);
+    for (int64_t queue_us : report.queue_us) model.RecordQueueTime(queue_us * 1e-6);
+  };
+}
+
+std::unique_ptr<metrics::ServerMetrics> MakeMetrics(const ServerOptions& options) {
+  if (options.metrics_address.empty()) return nullptr;
+  return std::make_unique<metrics::ServerMetrics>(metrics::BuildInfo{
+      .version = ATTNSERVE_VERSION,
+      .onednn_version = core::OneDnnVersion(),
+      .isa = core::OneDnnIsa(),
+  });
+}
+
+}  // namespace
+
+ModelLifecycleListener Server::LifecycleListener() {
+  return {.on_events =
+              [metrics = metrics_.get()](const std::vector<repository::ModelEvent>& events) {
+                LogModelEvents(events);
+                CountModelEvents(events, metrics);
+              },
+          .on_serving_changed =
+              [this](const std::string& name, bool serving) {
+                if (metrics_ != nullptr) metrics_->AddModel(name);
+                // Null during Start's first sync: health is set once the server listens.
+                if (grpc_server_ != nullptr) {
+                  grpc_server_->GetHealthCheckService()->SetServingStatus(name, serving);
+                }
+              }};
+}
+
+absl::Status Server::StartMetricsExposer() {
+  if (metrics_ == nullptr) return absl::OkStatus();
+  metrics_->SetSnapshotSource([this] { return ModelSnapshots(); });
+  absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> exposer =
+      metrics::MetricsExposer::Start(options_.metrics_address, *metrics_);
+  if (!exposer.ok()) return exposer.status();
+  exposer_ = *std::move(exposer);
+  return absl::OkStatus();
+}
+
+std::vector<metrics::ModelSnapshot> Server::ModelSnapshots() const {
+  const std::map<std::string, int64_t> depths = router_.QueueDepths();
+  std::vector<metrics::ModelSnapshot> snapshots;
+  for (const repository::ModelState& state : lifecycle_->States()) {
+    auto depth = depths.find(state.name);
+    snapshots.push_back({.name = state.name,
+                         .loaded = state.serving != nullptr,
+                         .queue_depth = depth != depths.end() ? depth->second : 0});
+  }
+  return snapshots;
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& requested) {
+  if (requested.num_batch_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_batch_threads: expected >= 0 (0 = one per compute thread), got ",
+                     requested.num_batch_threads));
+  }
+  ServerOptions options = requested;
+  if (options.runner.compute_threads == 0) options.runner.compute_threads = AvailableCores();
+  // One batch thread per compute thread, so that under load every compute thread has a batch.
+  if (options.num_batch_threads == 0) options.num_batch_threads = options.runner.compute_threads;
+  options.model_limits.request.max_response_bytes = options.max_message_bytes;
+  if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+
+  absl::StatusOr<std::unique_ptr<repository::ModelRepository>> repository =
+      repository::ModelRepository::Open(options.repository);
+  if (!repository.ok()) return repository.status();
+  for (const repository::ModelState& state : (*repository)->States()) {
+    if (!state.last_error.ok()) {
+      spdlog::error("model {}: not loaded: {}", state.name, state.last_error.ToString());
+    }
+  }
+
+  server->metrics_ = MakeMetrics(options);
+  RegisterModels((*repository)->States(), server->metrics_.get());
+  server->runner_ = std::make_unique<BatchRunner>(options.runner, batching::RealClock::Default(),
+                                                  BatchMetricsListener(server->metrics_.get()));
+  server->scheduler_ = std::make_unique<AttendScheduler>(
+      batching::SharedBatchSchedulerOptions{.num_batch_threads = options.num_batch_threads});
+  server->lifecycle_ = std::make_unique<ModelLifecycle>(
+      *std::move(repository), server->scheduler_.get(), server->runner_.get(), &server->router_,
+      ModelLifecycleOptions{.default_limits = options.model_limits,
+                            .default_model = options.default_model,
+                            .poll_interval_ms = options.model_poll_interval_ms},
+      server->LifecycleListener());
+  server->service_ = std::make_unique<AttentionService>(
+      &server->router_, batching::RealClock::Default(), server->metrics_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(options.max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(options.max_connection_age_grace_ms));
+  }
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("grpc_address: cannot listen on \"",
+                                               options.grpc_address,
+                                               "\" (in use, or not a host:port this machine has)"));
+  }
+
+  // Scrapes read the router: expose only now that everything exists.
+  if (absl::Status status = server->StartMetricsExposer(); !status.ok()) return status;
+
+  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(kServiceHealthName, true);
+  for (const ModelRoute& route : server->router_.Routes()) {
+    health->SetServingStatus(route.model->name, true);
+  }
+  server->lifecycle_->StartPolling();
+  return server;
+}
+
+Server::~Server() {
+  Shutdown(absl::ZeroDuration());
+  // Members go in reverse order: the gRPC server (now idle), the service, the lifecycle (drained),
+  // the runner.
+}
+
+void Server::Shutdown(absl::Duration grace) {
+  std::call_once(shutdown_once_, [this, grace] {
+    if (grpc_server_ == nullptr) {
+      shut_down_.Notify();
+      return;
+    }
+    const auto deadline = std::chrono::system_clock::now() + absl::ToChronoMicroseconds(grace);
+    const auto steady_deadline =
+        std::chrono::steady_clock::now() + absl::ToChronoMicroseconds(grace);
+    grpc_server_->GetHealthCheckService()->Shutdown();  // Everything NOT_SERVING, for good.
+    service_->BeginDrain();  // New requests: UNAVAILABLE; idle streams finish.
+    // Stops polling, then computes every accepted request at once, without waiting out
+    // max_queue_delay_us, and answers it; afterwards the queues refuse work.
+    std::thread drainer([this] { lifecycle_->DrainAll(); });
+    // Once every call is answered, the connections stay open a little longer so that clients
+    // read their last answers before gRPC closes them (open_calls.h tells why).
+    if (service_->open_calls().WaitUntilNone(steady_deadline)) {
+      std::this_thread::sleep_until(
+          std::min(steady_deadline, std::chrono::steady_clock::now() + kCloseLinger));
+    }
+    // Waits for every RPC to be answered. Whatever is still open at the deadline is cancelled:
+    // streams whose client keeps them open, and requests the drain has not reached yet, which the
+    // batchers then drop instead of computing. So shutdown takes at most the grace period plus
+    // the batches already computing.
+    grpc_server_->Shutdown(deadline);
+    drainer.join();
+    shut_down_.Notify();
+  });
+}
+
+void Server::Wait() { shut_down_.WaitForNotification(); }
+
+}  // namespace attnserve::server

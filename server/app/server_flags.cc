@@ -1,0 +1,135 @@
+#include "server/app/server_flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+
+namespace attnserve::server {
+namespace {
+
+// ATTNSERVE_ + the long name in upper case, '-' as '_', for every value flag (not --help, and
+// not --config: CLI11 reads the environment after the file).
+void AddEnvironmentNames(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option == app.get_help_ptr() || option == app.get_config_ptr() ||
+        option->get_lnames().empty()) {
+      continue;
+    }
+    std::string name = "ATTNSERVE_" + option->get_lnames().front();
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) {
+      return c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    });
+    option->envname(name);
+  }
+}
+
+}  // namespace
+
+void AddServerFlags(CLI::App& app, ServerFlags& flags) {
+  ServerOptions& options = flags.server;
+  batching::BatchingOptions& batching = options.model_limits.batching;
+  app.set_config("--config", "", "Read flags from this TOML or INI file (key = value per flag)");
+
+  app.add_option("--grpc-address", options.grpc_address,
+                 "host:port to serve gRPC on (port 0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--metrics-address", options.metrics_address,
+                 "host:port to serve Prometheus metrics on, at /metrics (port 0 = any free "
+                 "port; \"\" = no metrics)")
+      ->capture_default_str();
+  app.add_option("--model-repository", flags.server.repository.root,
+                 "Folder with one sub-folder per model (config.json + weights.safetensors)")
+      ->capture_default_str();
+  app.add_option("--demo-model", flags.demo_model,
+                 "Serve the embedded demo model: auto (only when the repository folder does not "
+                 "exist), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app.add_option("--default-model", options.default_model,
+                 "Model answering requests that name none (default: the only model, or demo)");
+  app.add_option("--model-poll-interval-s", flags.model_poll_interval_s,
+                 "Seconds between scans of the repository for added, changed or removed models "
+                 "(0 = load once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+
+  app.add_option("--max-batch-sequences", batching.max_batch_sequences,
+                 "Default most sequences per batch (config.json may override per model)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-batch-tokens", batching.max_batch_tokens,
+                 "Default most query tokens per batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-queue-delay-us", batching.max_queue_delay_us,
+                 "Default longest wait, in microseconds, for a fuller batch (0 = never wait)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-queue-size", batching.max_queue_size,
+                 "Default most queued requests per model before RESOURCE_EXHAUSTED")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-threads", options.num_batch_threads,
+                 "Threads forming and running batches, shared by every model (0 = one per "
+                 "compute thread)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--max-sequence-length", options.model_limits.request.max_sequence_length,
+                 "Default longest query or memory sequence a request may send")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  app.add_option("--compute-threads", options.runner.compute_threads,
+                 "Compute threads shared by all batches; one batch uses up to all of them (0 = "
+                 "the cores this process may use, or OMP_NUM_THREADS)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--parallel-min-mflop", options.runner.parallel_min_mflop,
+                 "Batches with less work (MFLOP) run on one compute thread")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "Largest request or response message in bytes")
+      ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
+      ->capture_default_str();
+
+  app.add_option("--shutdown-grace-s", flags.shutdown_grace_s,
+                 "On SIGTERM/SIGINT: seconds to answer accepted requests before cancelling what "
+                 "is still open")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--max-connection-age-s", flags.max_connection_age_s,
+                 "Seconds after which a client connection is asked to reconnect (GOAWAY), so "
+                 "clients re-resolve DNS and spread over new replicas (0 = never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-connection-age-grace-s", flags.max_connection_age_grace_s,
+                 "After that GOAWAY, seconds that calls already open may still run")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--log-level", flags.log_level,
+                 "trace, debug (one line per request), info, warn, error, critical, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_option("--log-format", flags.log_format, "text, or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  AddEnvironmentNames(app);
+}
+
+void FinishServerFlags(ServerFlags& flags) {
+  static const std::map<std::string, repository::DemoModelPolicy> kPolicies = {
+      {"auto", repository::DemoModelPolicy::kWhenNoRepository},
+      {"always", repository::DemoModelPolicy::kAlways},
+      {"never", repository::DemoModelPolicy::kNever}};
+  flags.server.repository.demo_model = kPolicies.at(flags.demo_model);
+  flags.server.model_poll_interval_ms =
+      static_cast<int64_t>(std::llround(flags.model_poll_interval_s * 1000.0));
+  flags.server.max_connection_age_ms =
+      static_cast<int64_t>(std::llround(flags.max_connection_age_s * 1000.0));
+  flags.server.max_connection_age_grace_ms =
+      static_cast<int64_t>(std::llround(flags.max_connection_age_grace_s * 1000.0));
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,36 @@
+// The attnserve binary's command line (CLI11): every flag, its default and its meaning, mapped
+// onto ServerOptions. Flags may also come from a TOML/INI file given with --config, or from an
+// environment variable ATTNSERVE_<FLAG> (--max-queue-size: ATTNSERVE_MAX_QUEUE_SIZE), which is
+// what container images and Kubernetes set. Precedence: command line, then the file, then the
+// environment.
+#ifndef ATTNSERVE_SERVER_APP_SERVER_FLAGS_H_
+#define ATTNSERVE_SERVER_APP_SERVER_FLAGS_H_
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "server/app/server_options.h"
+
+namespace attnserve::server {
+
+struct ServerFlags {
+  ServerOptions server;
+  std::string demo_model = "auto";  // auto | always | never
+  double model_poll_interval_s = 5.0;
+  double shutdown_grace_s = 30.0;
+  double max_connection_age_s = 0.0;
+  double max_connection_age_grace_s = 30.0;
+  std::string log_level = "info";
+  std::string log_format = "text";
+};
+
+// Declares every flag on `app`, bound to `flags` (which holds the defaults shown by --help), each
+// with its environment variable.
+void AddServerFlags(CLI::App& app, ServerFlags& flags);
+
+// Fills the ServerOptions fields that need conversion (demo policy, seconds to ms) after parsing.
+void FinishServerFlags(ServerFlags& flags);
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_APP_SERVER_FLAGS_H_

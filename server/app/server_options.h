@@ -1,0 +1,49 @@
+// ServerOptions: everything the attnserve server is configured with (flags map onto these; see
+// server_flags.h). A plain struct; defaults are the documented production defaults.
+#ifndef ATTNSERVE_SERVER_APP_SERVER_OPTIONS_H_
+#define ATTNSERVE_SERVER_APP_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "server/repository/model_repository.h"
+#include "server/runtime/batch_runner.h"
+#include "server/runtime/model_limits.h"
+
+namespace attnserve::server {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (Server::port() tells which).
+  std::string grpc_address = "0.0.0.0:50051";
+  // host:port of the Prometheus endpoint (HTTP, path /metrics); port 0 picks a free port
+  // (Server::metrics_port() tells which); "" = no metrics at all.
+  std::string metrics_address = "0.0.0.0:8002";
+  repository::ModelRepositoryOptions repository;
+  // Milliseconds between repository scans for added, changed or removed model folders; 0 = never
+  // (models load once at start).
+  int64_t model_poll_interval_ms = 5000;
+  // Limits of models whose config.json sets none. request.max_response_bytes is set from
+  // max_message_bytes.
+  ModelLimits model_limits;
+  // The model that answers requests naming none (""). Empty: the only serving model, or "demo"
+  // when several serve and one is named so.
+  std::string default_model;
+  // Batch threads shared by every model (the shared batch scheduler); 0 = one per compute thread,
+  // so that under load every compute thread has a batch.
+  int num_batch_threads = 0;
+  BatchRunnerOptions runner;
+  // Largest request or response message, in bytes (gRPC's default of 4 MiB is one [2048, 512]
+  // float32 tensor).
+  int64_t max_message_bytes = int64_t{64} << 20;
+  // A connection older than this gets a GOAWAY and the client reconnects; 0 = connections live
+  // forever. Clients re-resolve DNS only when a connection closes, so behind a headless service
+  // this is what lets new replicas receive traffic from existing clients.
+  int64_t max_connection_age_ms = 0;
+  // After that GOAWAY, how long calls already open on the connection may still run before it is
+  // closed. Used only when max_connection_age_ms > 0.
+  int64_t max_connection_age_grace_ms = 30000;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_APP_SERVER_OPTIONS_H_

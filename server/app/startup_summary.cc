@@ -1,0 +1,92 @@
+#include "server/app/startup_summary.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention_config.h"
+#include "core/onednn_support.h"
+#include "server/runtime/compute_budget.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+namespace {
+
+// Where the serving models come from, e.g. "2 from repository models" or "no repository folder
+// models; the embedded demo model".
+std::string ModelSources(const std::vector<ModelRoute>& models, const std::filesystem::path& root) {
+  const auto embedded = std::count_if(models.begin(), models.end(), [](const ModelRoute& route) {
+    return route.model->source == "embedded";
+  });
+  std::error_code error;
+  if (!std::filesystem::is_directory(root, error)) {
+    return absl::StrCat("no repository folder ", root.string(),
+                        embedded > 0 ? "; the embedded demo model" : "");
+  }
+  return absl::StrCat(static_cast<int64_t>(models.size()) - embedded, " from repository ",
+                      root.string(), embedded > 0 ? ", plus the embedded demo model" : "");
+}
+
+std::string EnvOr(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+
+}  // namespace
+
+void LogStartupSummary(Server& server, const ServerOptions& options) {
+  // Show the port actually bound (the address may have asked for port 0).
+  const std::string& address = options.grpc_address;
+  const std::string host = address.substr(0, address.rfind(':'));
+  spdlog::info("attnserve listening on {}:{} (port {}); health and reflection enabled", host,
+               server.port(), server.port());
+  if (server.metrics_port() != 0) {
+    const std::string& metrics = options.metrics_address;
+    spdlog::info("metrics at http://{}:{}/metrics", metrics.substr(0, metrics.rfind(':')),
+                 server.metrics_port());
+  } else {
+    spdlog::info("metrics off (--metrics-address \"\")");
+  }
+  if (options.max_connection_age_ms > 0) {
+    spdlog::info("connections aged out after {} ms (GOAWAY; open calls get {} ms more)",
+                 options.max_connection_age_ms, options.max_connection_age_grace_ms);
+  }
+  const std::vector<ModelRoute> models = server.router().Routes();
+  spdlog::info("{} model(s) serving: {}", models.size(),
+               ModelSources(models, options.repository.root));
+  for (const ModelRoute& route : models) {
+    const model::Model& model = *route.model;
+    const core::AttentionConfig& config = model.config.attention;
+    const ModelLimits& limits = route.limits;
+    spdlog::info(
+        "model {}{} v{}: d_model={} heads={} {} bias={} {} parameters={} source={} | "
+        "max_sequence_length={} batching: max_batch_sequences={} max_batch_tokens={} "
+        "max_queue_delay_us={} max_queue_size={}",
+        model.name, route.is_default ? " (default)" : "", model.version, config.d_model,
+        config.num_heads, core::VariantName(config.variant), config.bias,
+        core::ComputeTypeName(config.compute_type), config.ParameterCount(), model.source,
+        limits.request.max_sequence_length, limits.batching.max_batch_sequences,
+        limits.batching.max_batch_tokens, limits.batching.max_queue_delay_us,
+        limits.batching.max_queue_size);
+  }
+  spdlog::info("oneDNN {} ISA {}; OpenMP OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
+               core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),
+               EnvOr("GOMP_SPINCOUNT", "(unset)"));
+  spdlog::info(
+      "threads: {} core(s) available; {} compute thread(s) shared by all batches (a batch under "
+      "{} MFLOP uses one); {} batch thread(s) shared by all models; gRPC callback threads handle "
+      "I/O and validation",
+      AvailableCores(), options.runner.compute_threads, options.runner.parallel_min_mflop,
+      options.num_batch_threads);
+  if (options.model_poll_interval_ms > 0) {
+    spdlog::info("watching the repository every {} ms for model changes",
+                 options.model_poll_interval_ms);
+  } else {
+    spdlog::info("repository polling off: models load once");
+  }
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,209 @@
+// conversion.h, response side: results, model descriptions and statuses → protobuf.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention_config.h"
+#include "core/util/checked_math.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/conversion/attnserve_v1/conversion_internal.h"
+#include "server/conversion/grpc_status.h"
+
+namespace attnserve::server {
+namespace {
+
+using ::attnserve::CheckedProduct;
+using conversion_internal::Internal;
+using conversion_internal::kFloatBytes;
+
+// Bytes for `count` zeroed floats in `tensor`, in raw or values.
+char* AllocateFloats(v1::Tensor* tensor, int64_t count, bool raw) {
+  if (raw) {
+    std::string* bytes = tensor->mutable_raw();
+    bytes->assign(static_cast<size_t>(count * kFloatBytes), '\0');
+    return bytes->data();
+  }
+  google::protobuf::RepeatedField<float>* values = tensor->mutable_values();
+  values->Resize(static_cast<int>(count), 0.0f);
+  return reinterpret_cast<char*>(values->mutable_data());
+}
+
+// OK when `work`'s shape is self-consistent and `result` has the sizes it implies, so that
+// FillAttendResponse's copies stay in bounds. Padded sizes are checked first: once they fit, no
+// product below can overflow.
+absl::Status CheckResultShape(const AttendWork& work, const AttendResult& result) {
+  if (work.model == nullptr) return Internal("work.model: expected a model, got null");
+  const core::AttentionConfig& config = work.model->config.attention;
+  const int64_t batch = work.sequences();
+  const auto output =
+      CheckedProduct({batch, work.padded_query_length, config.d_model, kFloatBytes});
+  const auto weights = CheckedProduct(
+      {batch, config.num_heads, work.padded_query_length, work.padded_memory_length, kFloatBytes});
+  if (!output || !weights || *output > kMaxMessageBytes ||
+      (work.return_weights && *weights > kMaxMessageBytes - *output)) {
+    return Internal("work: expected a padded response within ", kMaxMessageBytes,
+                    " bytes (a protobuf message), got more");
+  }
+  const std::vector<int64_t>& keys =
+      work.cross_attention ? work.memory_lengths : work.query_lengths;
+  if (static_cast<int64_t>(keys.size()) != batch) {
+    return Internal("work.memory_lengths: expected ", batch, " entries, got ", keys.size());
+  }
+  int64_t rows = 0;
+  int64_t scores = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (work.query_lengths[b] < 1 || work.query_lengths[b] > work.padded_query_length ||
+        keys[b] < 1 || keys[b] > work.padded_memory_length) {
+      return Internal("work sequence ", b, ": expected lengths within the padded sizes ",
+                      work.padded_query_length, " x ", work.padded_memory_length, ", got ",
+                      work.query_lengths[b], " x ", keys[b]);
+    }
+    rows += work.query_lengths[b];
+    scores += work.query_lengths[b] * keys[b];
+  }
+  if (static_cast<int64_t>(result.output.size()) != rows * config.d_model) {
+    return Internal("result.output: expected ", rows * config.d_model, " floats, got ",
+                    result.output.size());
+  }
+  const int64_t expected_weights = work.return_weights ? config.num_heads * scores : 0;
+  if (static_cast<int64_t>(result.weights.size()) != expected_weights) {
+    return Internal("result.weights: expected ", expected_weights, " floats, got ",
+                    result.weights.size());
+  }
+  return absl::OkStatus();
+}
+
+// Sets the tensor's values or raw bytes to `source` in one copy (no zero-fill first).
+void AssignFloats(std::span<const float> source, bool raw, v1::Tensor* tensor) {
+  if (raw) {
+    tensor->mutable_raw()->assign(reinterpret_cast<const char*>(source.data()),
+                                  source.size_bytes());
+  } else {
+    tensor->mutable_values()->Add(source.begin(), source.end());
+  }
+}
+
+// Whether no sequence of `work` is padded: the packed result is then the response as it is.
+bool Unpadded(const AttendWork& work) {
+  for (size_t b = 0; b < work.query_lengths.size(); ++b) {
+    if (work.query_lengths[b] != work.padded_query_length) return false;
+    if (work.cross_attention && work.memory_lengths[b] != work.padded_memory_length) return false;
+  }
+  return true;
+}
+
+void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
+  const int64_t d = work.model->config.attention.d_model;
+  const int64_t t_pad = work.padded_query_length;
+  tensor->Clear();
+  if (work.batched) tensor->add_shape(work.sequences());
+  tensor->add_shape(t_pad);
+  tensor->add_shape(d);
+  if (Unpadded(work)) {
+    AssignFloats(result.output, work.raw_output, tensor);
+    return;
+  }
+  char* destination = AllocateFloats(tensor, work.sequences() * t_pad * d, work.raw_output);
+  const float* source = result.output.data();
+  for (int64_t b = 0; b < work.sequences(); ++b) {
+    const int64_t floats = work.query_lengths[b] * d;
+    std::memcpy(destination + b * t_pad * d * kFloatBytes, source, floats * kFloatBytes);
+    source += floats;
+  }
+}
+
+void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
+  const int64_t heads = work.model->config.attention.num_heads;
+  const int64_t t_pad = work.padded_query_length;
+  const int64_t s_pad = work.padded_memory_length;
+  const std::vector<int64_t>& keys =
+      work.cross_attention ? work.memory_lengths : work.query_lengths;
+  tensor->Clear();
+  if (work.batched) tensor->add_shape(work.sequences());
+  for (int64_t dim : {heads, t_pad, s_pad}) tensor->add_shape(dim);
+  if (Unpadded(work)) {
+    AssignFloats(result.weights, work.raw_output, tensor);
+    return;
+  }
+  char* destination =
+      AllocateFloats(tensor, work.sequences() * heads * t_pad * s_pad, work.raw_output);
+  const float* source = result.weights.data();
+  for (int64_t b = 0; b < work.sequences(); ++b) {
+    for (int64_t head = 0; head < heads; ++head) {
+      for (int64_t t = 0; t < work.query_lengths[b]; ++t) {
+        const int64_t row = ((b * heads + head) * t_pad + t) * s_pad;
+        std::memcpy(destination + row * kFloatBytes, source, keys[b] * kFloatBytes);
+        source += keys[b];
+      }
+    }
+  }
+}
+
+int32_t SaturatedInt32(int64_t value) {
+  return static_cast<int32_t>(std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(),
+                                                  std::numeric_limits<int32_t>::max()));
+}
+
+}  // namespace
+
+absl::Status FillAttendResponse(const AttendWork& work, const AttendResult& result,
+                                v1::AttendResponse* response) {
+  if (auto s = CheckResultShape(work, result); !s.ok()) return s;
+  FillOutput(work, result, response->mutable_output());
+  if (work.return_weights) {
+    FillWeights(work, result, response->mutable_weights());
+  } else {
+    response->clear_weights();
+  }
+  response->set_model(work.model->name);
+  response->set_model_version(work.model->version);
+  response->set_request_id(work.request_id);
+  v1::Timing* timing = response->mutable_timing();
+  timing->set_queue_us(result.timing.queue_us);
+  timing->set_compute_us(result.timing.compute_us);
+  timing->set_batch_sequences(SaturatedInt32(result.timing.batch_sequences));
+  timing->set_batch_tokens(SaturatedInt32(result.timing.batch_tokens));
+  return absl::OkStatus();
+}
+
+void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is_default,
+                   v1::ModelInfo* info) {
+  const core::AttentionConfig& config = model.config.attention;
+  info->Clear();
+  info->set_name(model.name);
+  info->set_d_model(SaturatedInt32(config.d_model));
+  info->set_num_heads(SaturatedInt32(config.num_heads));
+  info->set_variant(std::string(core::VariantName(config.variant)));
+  info->set_bias(config.bias);
+  info->set_dtype(std::string(core::ComputeTypeName(config.compute_type)));
+  info->set_parameter_count(config.ParameterCount());
+  v1::BatchingLimits* batching = info->mutable_batching();
+  batching->set_max_batch_sequences(limits.batching.max_batch_sequences);
+  batching->set_max_batch_tokens(limits.batching.max_batch_tokens);
+  batching->set_max_queue_delay_us(limits.batching.max_queue_delay_us);
+  batching->set_max_queue_size(limits.batching.max_queue_size);
+  info->set_max_sequence_length(limits.request.max_sequence_length);
+  info->set_version(model.version);
+  info->set_source(model.source);
+  info->set_is_default(is_default);
+}
+
+void FillErrorResponse(std::string_view model, std::string_view request_id,
+                       const absl::Status& status, v1::AttendResponse* response) {
+  response->Clear();
+  response->set_model(std::string(model));
+  response->set_request_id(std::string(request_id));
+  const grpc::Status grpc_status = ToGrpcStatus(status);
+  response->mutable_error()->set_code(static_cast<int32_t>(grpc_status.error_code()));
+  response->mutable_error()->set_message(grpc_status.error_message());
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,18 @@
+// ToGrpcStatus: the one conversion from the codebase's absl::Status to grpc::Status, shared by
+// every wire protocol the server speaks.
+#ifndef ATTNSERVE_SERVER_CONVERSION_GRPC_STATUS_H_
+#define ATTNSERVE_SERVER_CONVERSION_GRPC_STATUS_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace attnserve::server {
+
+// The gRPC status with the same code (absl and gRPC share the numbering) and message. An OK
+// status maps to grpc::Status::OK; a code outside gRPC's range to UNKNOWN. Payloads are dropped.
+// A pure function; thread-safe.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_CONVERSION_GRPC_STATUS_H_

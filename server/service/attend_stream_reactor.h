@@ -1,0 +1,84 @@
+// AttendStreamReactor: one AttendStream call. Each message read is scheduled like a unary Attend;
+// answers are written as they come back, so they may be out of order (request_id tells them
+// apart). A message that fails validation or scheduling is answered with AttendResponse.error and
+// the stream goes on.
+//
+// Flow control: one read and one write are outstanding at a time, and at most
+// kMaxInFlightPerStream messages are in flight (read but their answer not yet written: being
+// computed or waiting to be written); beyond that the reactor stops reading until answers have
+// been written, so a client that does not read its answers is slowed instead of growing the
+// server's memory.
+//
+// The stream finishes (OK) once the client has half-closed (or the server drains) and every
+// accepted message has been answered and written. Thread-safety: reactions and task callbacks run
+// on different threads; all state is under mu_, and gRPC calls are made after releasing it, with
+// no member touched after Finish (OnDone deletes the reactor).
+#ifndef ATTNSERVE_SERVER_SERVICE_ATTEND_STREAM_REACTOR_H_
+#define ATTNSERVE_SERVER_SERVICE_ATTEND_STREAM_REACTOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "server/service/attend_submitter.h"
+#include "server/service/stream_registry.h"
+
+namespace attnserve::server {
+
+class AttendStreamReactor final
+    : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>,
+      public DrainableStream {
+ public:
+  static constexpr int kMaxInFlightPerStream = 256;
+
+  // Registers with `streams` and starts reading. `submitter` and `streams` must outlive the
+  // reactor (the gRPC server is shut down first).
+  AttendStreamReactor(AttendSubmitter* submitter, StreamRegistry* streams,
+                      grpc::CallbackServerContext* context);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override;
+
+  // DrainableStream.
+  bool PrepareDrain() override;
+  void FinishDrained() override;
+
+ private:
+  // What to do after releasing mu_.
+  struct Actions {
+    bool read = false;
+    const v1::AttendResponse* write = nullptr;
+    bool finish = false;
+  };
+
+  // Called on a batcher thread with the answer to one message.
+  void OnAnswer(std::unique_ptr<v1::AttendResponse> response);
+  // Queues `response` for writing; decides the next actions.
+  void EnqueueLocked(std::unique_ptr<v1::AttendResponse> response, Actions* actions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DecideLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Perform(const Actions& actions);
+
+  AttendSubmitter* const submitter_;
+  StreamRegistry* const streams_;
+  grpc::CallbackServerContext* const context_;
+  v1::AttendRequest request_;  // The read buffer; only touched between StartRead and OnReadDone.
+
+  std::mutex mu_;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Messages read whose answer is not yet written or dropped (computing, or in pending_).
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::unique_ptr<v1::AttendResponse>> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SERVICE_ATTEND_STREAM_REACTOR_H_

@@ -1,0 +1,89 @@
+#include "server/service/attend_submitter.h"
+
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+
+void LogFailure(std::string_view model, std::string_view request_id, const absl::Status& status) {
+  switch (status.code()) {
+    // The server's own failures, which an operator must see: compute errors, scratch memory.
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnknown:
+      spdlog::warn("Attend model={} request_id={} failed: {}", model, request_id,
+                   status.ToString());
+      break;
+    // The caller's doing (deadline, cancellation) or the server draining: routine, and a busy
+    // client could flood the log with them.
+    default:
+      spdlog::debug("Attend model={} request_id={} failed: {}", model, request_id,
+                    status.ToString());
+  }
+}
+
+AttendSubmitter::AttendSubmitter(const ModelRouter* router, batching::Clock* clock,
+                                 metrics::ServerMetrics* metrics)
+    : router_(router), clock_(clock), metrics_(metrics) {}
+
+RequestMeter AttendSubmitter::StartMeter(metrics::Method method,
+                                         std::string_view model_name) const {
+  if (metrics_ == nullptr) return RequestMeter();
+  if (method == metrics::Method::kListModels) {
+    return RequestMeter(metrics_, &metrics_->no_model(), method);
+  }
+  // Requests naming no model are counted under the model that serves them.
+  metrics::ModelMetrics& model = model_name.empty()
+                                     ? metrics_->ForModel(router_->DefaultModelName())
+                                     : metrics_->ForModel(model_name);
+  return RequestMeter(metrics_, &model, method);
+}
+
+int64_t AttendSubmitter::DeadlineMicros(const grpc::CallbackServerContext& context) const {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(
+      deadline - std::chrono::system_clock::now());
+  return clock_->NowMicros() + remaining.count();
+}
+
+absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,
+                                     grpc::CallbackServerContext* context,
+                                     AttendTask::DoneCallback done) {
+  if (draining()) {
+    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+  }
+  absl::StatusOr<ModelRoute> route = router_->Route(request.model());
+  if (!route.ok()) return route.status();
+  absl::StatusOr<AttendWork> work = ParseAttendRequest(request, route->model, route->limits);
+  if (!work.ok()) return work.status();
+  auto task = std::make_unique<AttendTask>(
+      *std::move(work), DeadlineMicros(*context), [context] { return context->IsCancelled(); },
+      std::move(done));
+  // Copied first: once scheduled, the answer may finish the call and free `request`.
+  const std::string request_id = request.request_id();
+  absl::Status scheduled = route->queue->Schedule(&task);
+  if (!scheduled.ok()) {
+    // The queue did not take the task: it must not answer through `done` (the caller answers).
+    task->Release();
+    return absl::Status(scheduled.code(),
+                        absl::StrCat("model \"", route->model->name, "\": ", scheduled.message(),
+                                     scheduled.code() == absl::StatusCode::kResourceExhausted
+                                         ? "; retry with backoff"
+                                         : ""));
+  }
+  spdlog::debug("queued model={} request_id={}", route->model->name, request_id);
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,67 @@
+// AttendSubmitter: the request path that unary Attend and every AttendStream message share:
+// route the request to its model, validate it (conversion), and schedule it in the model's batch
+// queue; plus the metering and failure logging around it, and the drain switch that turns new
+// requests away.
+//
+// Thread-safe. The router and metrics (null = none) must outlive the submitter.
+#ifndef ATTNSERVE_SERVER_SERVICE_ATTEND_SUBMITTER_H_
+#define ATTNSERVE_SERVER_SERVICE_ATTEND_SUBMITTER_H_
+
+#include <grpcpp/server_context.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "attnserve/v1/attention.pb.h"
+#include "server/batching/clock.h"
+#include "server/metrics/server_metrics.h"
+#include "server/runtime/attend_task.h"
+#include "server/runtime/model_router.h"
+#include "server/service/request_meter.h"
+
+namespace attnserve::server {
+
+// Logs a request that was accepted but failed: at warn level when the server is at fault
+// (Internal, OutOfRange from compute, ResourceExhausted from scratch memory), at debug level
+// otherwise (deadline, cancellation, shutdown).
+void LogFailure(std::string_view model, std::string_view request_id, const absl::Status& status);
+
+class AttendSubmitter {
+ public:
+  // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
+  AttendSubmitter(const ModelRouter* router, batching::Clock* clock,
+                  metrics::ServerMetrics* metrics);
+  AttendSubmitter(const AttendSubmitter&) = delete;
+  AttendSubmitter& operator=(const AttendSubmitter&) = delete;
+
+  // Validates `request` and schedules it. On OK, `done` is called exactly once later (on a batch
+  // thread) with the answer; on error `done` is never called and the error names the field.
+  // Unavailable once draining.
+  absl::Status Submit(const v1::AttendRequest& request, grpc::CallbackServerContext* context,
+                      AttendTask::DoneCallback done);
+
+  // Starts timing a request for `model_name` as sent ("" = the default model).
+  RequestMeter StartMeter(metrics::Method method, std::string_view model_name) const;
+
+  // From now on Submit refuses every request with Unavailable. Requests already accepted are
+  // still computed and answered.
+  void BeginDrain() { draining_.store(true, std::memory_order_release); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+
+  const ModelRouter& router() const { return *router_; }
+
+ private:
+  // The deadline of `context` on the scheduler clock (INT64_MAX when none).
+  int64_t DeadlineMicros(const grpc::CallbackServerContext& context) const;
+
+  const ModelRouter* const router_;
+  batching::Clock* const clock_;
+  metrics::ServerMetrics* const metrics_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SERVICE_ATTEND_SUBMITTER_H_

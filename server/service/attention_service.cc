@@ -1,0 +1,122 @@
+#include "server/service/attention_service.h"
+
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/happens_before.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/conversion/grpc_status.h"
+#include "server/service/attend_stream_reactor.h"
+#include "spdlog/spdlog.h"
+
+namespace attnserve::server {
+namespace {
+
+// A unary reactor that deletes itself when the call is done. gRPC's DefaultReactor would serve,
+// but its OnDone is gRPC's own, and ThreadSanitizer needs one of ours to see that Finish (often
+// on a batch thread) happens before gRPC destroys the call's messages (core/util/happens_before.h).
+// The cost is one small allocation per call.
+class UnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryReactor(OpenCalls* open_calls, RequestMeter meter) : open_calls_(open_calls), meter_(meter) {
+    open_calls_->Add();
+  }
+
+  // Call exactly once, from any thread. Before the handler has returned the reactor to gRPC,
+  // gRPC only records the status (OnDone cannot run yet); after, the reactor may be gone when
+  // this returns.
+  void FinishCall(const grpc::Status& status) {
+    meter_.Record(status.error_code());
+    HandOff(this);
+    Finish(status);
+  }
+  void OnDone() override {
+    TakeOver(this);
+    OpenCalls* open_calls = open_calls_;
+    delete this;
+    open_calls->Done();
+  }
+
+ private:
+  OpenCalls* const open_calls_;
+  RequestMeter meter_;
+};
+
+grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
+                                    const grpc::Status& status) {
+  auto* reactor = new UnaryReactor(open_calls, meter);
+  reactor->FinishCall(status);
+  return reactor;
+}
+
+}  // namespace
+
+AttentionService::AttentionService(const ModelRouter* router, batching::Clock* clock,
+                                   metrics::ServerMetrics* metrics)
+    : submitter_(router, clock, metrics), streams_(&open_calls_) {}
+
+AttentionService::~AttentionService() = default;
+
+grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
+                                                   const v1::AttendRequest* request,
+                                                   v1::AttendResponse* response) {
+  auto* reactor = new UnaryReactor(
+      &open_calls_, submitter_.StartMeter(metrics::Method::kAttend, request->model()));
+  absl::Status scheduled = submitter_.Submit(
+      *request, context,
+      [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
+        if (!result.ok()) {
+          LogFailure(work.model->name, work.request_id, result.status());
+          reactor->FinishCall(ToGrpcStatus(result.status()));
+          return;
+        }
+        spdlog::debug(
+            "Attend model={} request_id={} sequences={} tokens={} queue_us={} "
+            "compute_us={} batch_sequences={}",
+            work.model->name, work.request_id, work.sequences(), work.tokens(),
+            result->timing.queue_us, result->timing.compute_us, result->timing.batch_sequences);
+        reactor->FinishCall(ToGrpcStatus(FillAttendResponse(work, *result, response)));
+      });
+  if (!scheduled.ok()) {
+    spdlog::debug("Attend model={} request_id={} rejected: {}", request->model(),
+                  request->request_id(), scheduled.ToString());
+    reactor->FinishCall(ToGrpcStatus(scheduled));
+  }
+  return reactor;
+}
+
+grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionService::AttendStream(
+    grpc::CallbackServerContext* context) {
+  return new AttendStreamReactor(&submitter_, &streams_, context);
+}
+
+grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* /*context*/,
+                                                       const v1::ListModelsRequest* /*request*/,
+                                                       v1::ListModelsResponse* response) {
+  const RequestMeter meter = submitter_.StartMeter(metrics::Method::kListModels, "");
+  for (const ModelRoute& route : submitter_.router().Routes()) {
+    FillModelInfo(*route.model, route.limits, route.is_default, response->add_models());
+  }
+  return FinishNow(&open_calls_, meter, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* /*context*/,
+                                                     const v1::GetModelRequest* request,
+                                                     v1::ModelInfo* response) {
+  const RequestMeter meter = submitter_.StartMeter(metrics::Method::kGetModel, request->name());
+  absl::StatusOr<ModelRoute> route = submitter_.router().Route(request->name());
+  if (!route.ok()) return FinishNow(&open_calls_, meter, ToGrpcStatus(route.status()));
+  FillModelInfo(*route->model, route->limits, route->is_default, response);
+  return FinishNow(&open_calls_, meter, grpc::Status::OK);
+}
+
+void AttentionService::BeginDrain() {
+  submitter_.BeginDrain();
+  streams_.DrainAll();
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,62 @@
+// AttentionService: the gRPC handlers of attnserve.v1.AttentionService (callback API).
+//
+// Handlers hand a request to the AttendSubmitter (route, validate, schedule in its model's batch
+// queue) and return; the batch runner answers later from a batch thread. No handler blocks, and
+// every RPC is finished exactly once: by the handler on a validation or scheduling error,
+// otherwise by its task (AttendTask guarantees one answer, even when the queue drops it).
+// AttendStream messages are submitted one by one the same way (attend_stream_reactor.h).
+//
+// Thread-safe. The router must outlive the service.
+#ifndef ATTNSERVE_SERVER_SERVICE_ATTENTION_SERVICE_H_
+#define ATTNSERVE_SERVER_SERVICE_ATTENTION_SERVICE_H_
+
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "server/batching/clock.h"
+#include "server/metrics/server_metrics.h"
+#include "server/runtime/model_router.h"
+#include "server/service/attend_submitter.h"
+#include "server/service/open_calls.h"
+#include "server/service/stream_registry.h"
+
+namespace attnserve::server {
+
+class AttentionService final : public v1::AttentionService::CallbackService {
+ public:
+  // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
+  // `metrics` (not owned; null = none) must outlive the service.
+  explicit AttentionService(const ModelRouter* router,
+                            batching::Clock* clock = batching::RealClock::Default(),
+                            metrics::ServerMetrics* metrics = nullptr);
+  ~AttentionService() override;
+
+  grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
+                                   const v1::AttendRequest* request,
+                                   v1::AttendResponse* response) override;
+  grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttendStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const v1::GetModelRequest* request,
+                                     v1::ModelInfo* response) override;
+
+  // Refuses new requests (Unavailable) and lets open streams finish once their accepted
+  // messages are answered. Requests already accepted are still computed and answered.
+  void BeginDrain();
+  bool draining() const { return submitter_.draining(); }
+
+  // AttendStream calls not yet finished.
+  int OpenStreams() { return streams_.Count(); }
+  // Every call of this service that gRPC has not completed yet (unary and streams).
+  OpenCalls& open_calls() { return open_calls_; }
+
+ private:
+  OpenCalls open_calls_;  // First: the registry counts into it.
+  AttendSubmitter submitter_;
+  StreamRegistry streams_;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SERVICE_ATTENTION_SERVICE_H_
