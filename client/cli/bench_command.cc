@@ -240,10 +240,55 @@ absl::Status Validate(const BenchOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--streams: expected >= 1, got ", options.streams));
   }
-  if (options.rate < 0 || options.duration_s < 0 || options.requests < 0) {
-    return absl::InvalidArgumentError("--rate, --duration and --requests must not be negative");
+  if (options.rate < 0 || options.duration_s < 0 || options.requests < 0 ||
+      options.warmup_requests < 0) {
+    return absl::InvalidArgumentError(
+        "--rate, --duration, --requests and --warmup-requests must not be negative");
   }
   return absl::OkStatus();
+}
+
+// One phase of the run: `options.requests` requests (0 = no count limit) or `options.duration_s`
+// seconds (0 = no time limit), whichever ends first, with the run's load. Stream mode opens its
+// sessions for the phase and closes them at its end.
+absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, const BenchOptions& options,
+                                           const BenchRun& run, std::ostream& err) {
+  std::vector<std::unique_ptr<client::AttendSession>> sessions;
+  if (options.stream) {
+    for (int i = 0; i < options.streams; ++i) {
+      // Closed loop: the concurrency split evenly (the first streams take the remainder).
+      const int max_in_flight = options.rate > 0
+                                    ? options.concurrency
+                                    : std::max(1, options.concurrency / options.streams +
+                                                      (i < options.concurrency % options.streams));
+      absl::StatusOr<std::unique_ptr<client::AttendSession>> session =
+          client.OpenSession(max_in_flight);
+      if (!session.ok()) return session.status();
+      sessions.push_back(*std::move(session));
+    }
+  }
+
+  const Clock::time_point start = Clock::now();
+  std::optional<Clock::time_point> deadline;
+  if (options.duration_s > 0) {
+    deadline = start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(options.duration_s));
+  }
+  BenchState state(client, options, run, deadline);
+  ArrivalSchedule schedule(options.rate, options.arrival, options.seed ^ kArrivalSeedSalt, start);
+  state.recorder().Start();
+  {
+    std::optional<ProgressLine> progress;
+    if (options.progress) progress.emplace(state, err, start);
+    if (options.stream) {
+      RunStreams(state, sessions, options.rate > 0 ? &schedule : nullptr, err);
+    } else if (options.rate > 0) {
+      RunUnaryOpen(state, schedule);
+    } else {
+      RunUnaryClosed(state, options.concurrency);
+    }
+  }
+  return state.recorder().Finish();
 }
 
 }  // namespace
@@ -268,43 +313,21 @@ absl::Status BenchCommand(client::Client& client, const BenchOptions& options, s
   const BenchRun run{
       .options = effective, .model = info->name, .d_model = info->d_model, .seq_len = *seq_len};
 
-  std::vector<std::unique_ptr<client::AttendSession>> sessions;
-  if (effective.stream) {
-    for (int i = 0; i < effective.streams; ++i) {
-      // Closed loop: the concurrency split evenly (the first streams take the remainder).
-      const int max_in_flight =
-          effective.rate > 0 ? effective.concurrency
-                             : std::max(1, effective.concurrency / effective.streams +
-                                               (i < effective.concurrency % effective.streams));
-      absl::StatusOr<std::unique_ptr<client::AttendSession>> session =
-          client.OpenSession(max_in_flight);
-      if (!session.ok()) return session.status();
-      sessions.push_back(*std::move(session));
+  if (effective.warmup_requests > 0) {
+    BenchOptions warmup = effective;
+    warmup.requests = effective.warmup_requests;
+    warmup.duration_s = 0;
+    warmup.progress = false;
+    absl::StatusOr<load::LoadSummary> warm = RunPhase(client, warmup, run, err);
+    if (!warm.ok()) return warm.status();
+    if (const int64_t errors = ErrorCount(*warm); errors > 0) {
+      err << "warm-up: " << errors << " of " << errors + warm->ok
+          << " requests failed (not counted)\n";
     }
   }
-
-  const Clock::time_point start = Clock::now();
-  std::optional<Clock::time_point> deadline;
-  if (effective.duration_s > 0) {
-    deadline = start + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(effective.duration_s));
-  }
-  BenchState state(client, effective, run, deadline);
-  ArrivalSchedule schedule(effective.rate, effective.arrival, effective.seed ^ kArrivalSeedSalt,
-                           start);
-  state.recorder().Start();
-  {
-    std::optional<ProgressLine> progress;
-    if (effective.progress) progress.emplace(state, err, start);
-    if (effective.stream) {
-      RunStreams(state, sessions, effective.rate > 0 ? &schedule : nullptr, err);
-    } else if (effective.rate > 0) {
-      RunUnaryOpen(state, schedule);
-    } else {
-      RunUnaryClosed(state, effective.concurrency);
-    }
-  }
-  const load::LoadSummary summary = state.recorder().Finish();
+  absl::StatusOr<load::LoadSummary> measured = RunPhase(client, effective, run, err);
+  if (!measured.ok()) return measured.status();
+  const load::LoadSummary& summary = *measured;
 
   out << (effective.json ? BenchReportJson(run, summary) : BenchReportText(run, summary));
   const int64_t errors = ErrorCount(summary);

@@ -10,6 +10,10 @@
 // closed loop splits `concurrency` between them as their max_in_flight; open loop gives each
 // `concurrency` as max_in_flight (a send blocks while that many are unanswered).
 //
+// With `warmup_requests` > 0, that many requests go first with the same load (same mode, streams,
+// rate and concurrency, over sessions of their own) and are left out of the report; the measured
+// phase then starts afresh (its lengths are those of a run without warm-up).
+//
 // Progress goes to `err` about once a second (one line rewritten with \r) unless `progress` is
 // false; the report (text or one JSON object) to `out`. Returns OK when every request succeeded,
 // otherwise an error naming how many failed (the report is printed either way); InvalidArgument
@@ -33,10 +37,11 @@ struct BenchOptions {
   int concurrency = 8;  // Outstanding requests (closed loop).
   double rate = 0;      // Requests/s; > 0 switches to open loop.
   Arrival arrival = Arrival::kPoisson;
-  int64_t requests = 0;        // Stop after this many (0 = no count limit) ...
-  double duration_s = 0;       // ... or after this long (0 = no time limit).
-  std::string seq_len = "16";  // SeqLenRange::Parse.
-  uint64_t seed = 1;           // Input values and lengths.
+  int64_t requests = 0;         // Stop after this many (0 = no count limit) ...
+  double duration_s = 0;        // ... or after this long (0 = no time limit).
+  int64_t warmup_requests = 0;  // Sent first, not counted.
+  std::string seq_len = "16";   // SeqLenRange::Parse.
+  uint64_t seed = 1;            // Input values and lengths.
   bool causal = false;
   bool stream = false;
   int streams = 1;

@@ -30,8 +30,12 @@ int64_t ErrorCount(const load::LoadSummary& summary) {
 
 std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summary) {
   const int64_t errors = ErrorCount(summary);
-  std::string text = absl::StrFormat("bench: model %s (d_model %d), %s, seq-len %s\n", run.model,
+  std::string text = absl::StrFormat("bench: model %s (d_model %d), %s, seq-len %s", run.model,
                                      run.d_model, ModeText(run.options), run.seq_len.ToString());
+  if (run.options.warmup_requests > 0) {
+    absl::StrAppend(&text, ", after ", run.options.warmup_requests, " warm-up requests");
+  }
+  text += "\n";
   absl::StrAppendFormat(&text, "requests:    %d (%d ok, %d errors) in %.2f s\n",
                         summary.ok + errors, summary.ok, errors, summary.elapsed_s);
   absl::StrAppendFormat(&text, "throughput:  %.1f requests/s, %.0f tokens/s\n", summary.rps,
@@ -47,6 +51,14 @@ std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summar
       "queue %.0f us, compute %.0f us\n",
       summary.mean_batch_sequences, summary.mean_batch_tokens, summary.mean_queue_us,
       summary.mean_compute_us);
+  absl::StrAppendFormat(&text,
+                        "batches:     %.0f, %.2f sequences per batch; server in Forward %.1f %% of "
+                        "the time\n",
+                        summary.batches, summary.batch_mean_sequences,
+                        100.0 * summary.compute_busy);
+  absl::StrAppendFormat(
+      &text, "client CPU:  %.2f s (%.0f us per ok request)\n", summary.client_cpu_s,
+      summary.ok > 0 ? summary.client_cpu_s * 1e6 / static_cast<double>(summary.ok) : 0.0);
   if (errors > 0) {
     text += "errors:     ";
     for (const auto& [code, count] : summary.errors) absl::StrAppend(&text, " ", code, " ", count);
@@ -70,6 +82,7 @@ std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summar
       {"arrival", options.arrival == Arrival::kPoisson ? "poisson" : "fixed"},
       {"seq_len", run.seq_len.ToString()},
       {"seed", options.seed},
+      {"warmup_requests", options.warmup_requests},
       {"requests", summary.ok + ErrorCount(summary)},
       {"ok", summary.ok},
       {"errors", errors},
@@ -87,7 +100,10 @@ std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summar
        {{"mean_batch_sequences", summary.mean_batch_sequences},
         {"mean_batch_tokens", summary.mean_batch_tokens},
         {"mean_queue_us", summary.mean_queue_us},
-        {"mean_compute_us", summary.mean_compute_us}}},
+        {"mean_compute_us", summary.mean_compute_us},
+        {"batches", summary.batches},
+        {"batch_mean_sequences", summary.batch_mean_sequences},
+        {"compute_busy", summary.compute_busy}}},
       {"client_cpu_s", summary.client_cpu_s},
   };
   return report.dump() + "\n";

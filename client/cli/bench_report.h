@@ -22,7 +22,11 @@ struct BenchRun {
 std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summary);
 // One JSON object on one line, ending in a newline: "requests", "ok", "errors" (code name ->
 // count), "elapsed_s", "requests_per_s", "tokens_per_s", "latency_ms" {"p50", "p90", "p99",
-// "p99.9", "max", "mean"}, "server" (mean timing), and the run's settings.
+// "p99.9", "max", "mean"}, "server" {"mean_batch_sequences", "mean_batch_tokens", "mean_queue_us",
+// "mean_compute_us" (request-weighted means of the answers' Timing), "batches",
+// "batch_mean_sequences" (per batch), "compute_busy" (share of the wall time the server spent in
+// Forward for these answers)}, "client_cpu_s" (this process, user + system), and the run's
+// settings ("warmup_requests" among them). Every figure covers the measured requests only.
 std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summary);
 
 // Total errors in `summary`.

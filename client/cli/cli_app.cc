@@ -127,6 +127,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
                     "stop after this many requests (default 1000 when no --duration)");
   bench->add_option("--duration", bench_options.duration_s, "stop after this many seconds");
   bench
+      ->add_option("--warmup-requests", bench_options.warmup_requests,
+                   "send this many requests first, with the same load, and leave them out of "
+                   "the report")
+      ->capture_default_str();
+  bench
       ->add_option("--seq-len", bench_options.seq_len,
                    "rows per request: 16 (fixed) or 8:256 (uniform, deterministic for --seed)")
       ->capture_default_str();

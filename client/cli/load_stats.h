@@ -1,5 +1,5 @@
-// Load-generator statistics shared by attnserve-cli bench and tests/benchmarks/attnserve_load:
-// what a run collects and how it summarises it.
+// Load-generator statistics of attnserve-cli bench: what a run collects and how it summarises it
+// (tests/benchmarks/attnserve_offline_bench reuses Percentile, ProcessCpuSeconds and the clock).
 //
 // LoadBudget hands out the right to send one more request (bounded by a count and a deadline);
 // LoadRecorder collects each answer's client-side latency, its gRPC code and the server's Timing;

@@ -10,7 +10,7 @@
 int main(int argc, char** argv) {
   // Holds gRPC's library reference for the whole process, so that the last channel's destructor
   // does not run grpc_shutdown(), which can wait up to 10 s on an executor thread's epoll (gRPC
-  // 1.51; seen with attnserve_load). A health check must return at once.
+  // 1.51; seen as a 10 s stall at exit). A health check must return at once.
   grpc_init();
   const std::vector<std::string> args(argv + 1, argv + argc);
   return attnserve::cli::RunCli(args, std::cout, std::cerr);

@@ -8,7 +8,7 @@
 #
 # Usage: tests/benchmarks/run_metrics_cost.sh [build_dir]    (default: $BUILD_DIR or <repo>/build)
 # Environment: ROUNDS (default 3), DURATION_S (seconds per load run, default 8), QUIET_WAIT_S,
-#   SERVER_FLAGS, LOAD_FLAGS, KEEP_LOGS=1 (as in run_server_bench.sh).
+#   SERVER_FLAGS, LOAD_FLAGS (attnserve-cli bench flags), KEEP_LOGS=1 (as in run_server_bench.sh).
 # Takes ~2 minutes with the defaults on 2 cores.
 set -euo pipefail
 
@@ -73,7 +73,7 @@ for load, title in (("small", "T=16, concurrency 64"), ("long", "T=128, concurre
     medians = {}
     for mode in ("on", "off"):
         rs = runs(load, mode)
-        rps = [r["rps"] for r in rs]
+        rps = [r["requests_per_s"] for r in rs]
         p50 = statistics.median(r["latency_ms"]["p50"] for r in rs)
         medians[mode] = statistics.median(rps)
         errors = sum(sum(r["errors"].values()) for r in rs)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Server benchmark: starts attnserve (demo model) once per scenario, drives it with attnserve_load,
-# compares with the core alone (attnserve_load offline) and prints a markdown table against the
-# issue's targets:
+# Server benchmark: starts attnserve (demo model) once per scenario, drives it with
+# `attnserve-cli bench`, compares with the core alone (attnserve_offline_bench) and prints a
+# markdown table against the issue's targets:
 #   (a) T=16, concurrency 64: throughput with default batching vs --max-batch-sequences 1 (>= 4x)
 #   (b) T=128, concurrency 1: p50 latency vs the core alone, B=1 T=128 (<= +0.3 ms); and with a
 #       1 ms queue delay, for what waiting costs
@@ -11,7 +11,7 @@
 # Usage: tests/benchmarks/run_server_bench.sh [build_dir]     (default: $BUILD_DIR or <repo>/build)
 # Environment: DURATION_S (seconds per load run, default 8), OFFLINE_S (per offline run, default 3),
 #   QUIET_WAIT_S (longest wait for the machine to go idle before each run, default 20),
-#   SERVER_FLAGS (extra flags for every server), LOAD_FLAGS (extra flags for every load run),
+#   SERVER_FLAGS (extra flags for every server), LOAD_FLAGS (extra bench flags for every load run),
 #   KEEP_LOGS=1 (keep the temporary folder with the server logs and JSON results).
 # Needs python3 (free port, JSON). Takes ~2.5 minutes on 2 cores. Every run shares the machine's
 # cores: the "other" column shows the cores that processes other than server and driver (or the
@@ -27,7 +27,7 @@ batch_of() {
   python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(max(1, round(r["server_timing"]["batch_mean_sequences"])))' "${work}/$1.json"
+print(max(1, round(r["server"]["batch_mean_sequences"])))' "${work}/$1.json"
 }
 
 start_s=${SECONDS}
@@ -68,11 +68,11 @@ print("| run | server flags | load | req/s | tokens/s | p50 / p99 / max ms | seq
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for n in names:
     r = R[n]
-    t, lat = r["server_timing"], r["latency_ms"]
+    t, lat = r["server"], r["latency_ms"]
     load = f"T={r['seq_len']} c={r['concurrency']}" + (" stream" if r["stream"] else "")
     errors = ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0"
-    per_req = 1e6 / max(1, r["requests_ok"])
-    print(f"| {n} | {r['server_flags'] or 'defaults'} | {load} | {r['rps']:.0f} | "
+    per_req = 1e6 / max(1, r["ok"])
+    print(f"| {n} | {r['server_flags'] or 'defaults'} | {load} | {r['requests_per_s']:.0f} | "
           f"{r['tokens_per_s']:.0f} | {lat['p50']:.2f} / {lat['p99']:.2f} / {lat['max']:.1f} | "
           f"{t['batch_mean_sequences']:.1f} | {t['mean_queue_us']:.0f} / "
           f"{t['mean_compute_us']:.0f} | {100 * t['compute_busy']:.0f} % | "
@@ -91,9 +91,9 @@ for n in offline:
 def ratio(n, o): return R[n]["tokens_per_s"] / R[o]["tokens_per_s"]
 def mark(ok): return "—" if ok is None else "yes" if ok else "**no**"
 rows = []
-a = R["a_batched"]["rps"] / max(1e-9, R["a_unbatched"]["rps"])
+a = R["a_batched"]["requests_per_s"] / max(1e-9, R["a_unbatched"]["requests_per_s"])
 rows.append(("(a) T=16 c=64: batched / --max-batch-sequences 1 ≥ 4×", f"{a:.2f}×", a >= 4))
-a_s = R["a_stream"]["rps"] / max(1e-9, R["a_unbatched"]["rps"])
+a_s = R["a_stream"]["requests_per_s"] / max(1e-9, R["a_unbatched"]["requests_per_s"])
 rows.append(("(a) same, batched over AttendStream", f"{a_s:.2f}×", a_s >= 4))
 gain = R["a_offline_ct1"]["sequences_per_s"] / R["a_offline_b1_ct1"]["sequences_per_s"]
 rows.append((f"(a) context: the core's own gain, T=16 B={R['a_offline_ct1']['sequences']} vs B=1, "

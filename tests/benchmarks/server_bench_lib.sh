@@ -1,9 +1,10 @@
 # Shared by the server benchmarks (run_server_bench.sh, run_metrics_cost.sh): sourced after
-# `set -euo pipefail` with bench_name set. Provides build_dir/server_bin/load_bin (checked), the
-# temporary folder ${work} (removed on exit unless KEEP_LOGS=1), start_server/stop_server,
-# scenario NAME "SERVER FLAGS" LOAD FLAGS... (one server, one measured load run, result in
-# ${work}/NAME.json) and offline NAME FLAGS... (the core alone). Servers get --metrics-address
-# 127.0.0.1:0 unless their flags set it; the flag --metrics-off means --metrics-address "".
+# `set -euo pipefail` with bench_name set. Provides build_dir/server_bin/cli_bin/offline_bin
+# (checked), the temporary folder ${work} (removed on exit unless KEEP_LOGS=1),
+# start_server/stop_server, scenario NAME "SERVER FLAGS" BENCH FLAGS... (one server, one measured
+# `attnserve-cli bench` run, result in ${work}/NAME.json) and offline NAME FLAGS... (the core
+# alone, attnserve_offline_bench). Servers get --metrics-address 127.0.0.1:0 unless their flags
+# set it; the flag --metrics-off means --metrics-address "".
 # Environment: DURATION_S, OFFLINE_S, QUIET_WAIT_S, SERVER_FLAGS, LOAD_FLAGS, KEEP_LOGS (see the
 # scripts' headers).
 # shellcheck shell=bash
@@ -11,11 +12,13 @@
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build_dir="${1:-${BUILD_DIR:-${repo_root}/build}}"
 server_bin="${build_dir}/server/attnserve"
-load_bin="${build_dir}/tests/benchmarks/attnserve_load"
-for binary in "${server_bin}" "${load_bin}"; do
+cli_bin="${build_dir}/client/cli/attnserve-cli"
+offline_bin="${build_dir}/tests/benchmarks/attnserve_offline_bench"
+for binary in "${server_bin}" "${cli_bin}" "${offline_bin}"; do
   if [[ ! -x "${binary}" ]]; then
     echo "${bench_name}: ${binary} not found; build it first:" >&2
-    echo "  cmake --build ${build_dir} -j2 --target attnserve attnserve_load" >&2
+    echo "  cmake --build ${build_dir} -j2" \
+      "--target attnserve attnserve-cli attnserve_offline_bench" >&2
     exit 1
   fi
 done
@@ -79,9 +82,11 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
-# CPU seconds (user + system) the server has used so far: "total batch", where batch counts its
-# unnamed threads (the batch thread, its OpenMP workers, main) and the rest is gRPC's named
-# threads (default-executor, nexting_thread, event_engine, ...), exited ones included.
+# CPU seconds (user + system) the server has used so far: "total batch", where batch counts the
+# threads named "attnserve-batch" (the batch threads and the OpenMP workers they spawn, which
+# inherit the name) and those left unnamed ("attnserve": main, and the batch threads of servers
+# that do not name them), and the rest is gRPC's named threads (default-executor, nexting_thread,
+# event_engine, ...), exited ones included.
 server_cpu_s() {
   python3 -c '
 import glob, os, sys
@@ -92,7 +97,7 @@ def cpu(path):
 batch = 0.0
 for task in glob.glob(f"/proc/{sys.argv[1]}/task/*"):
     try:
-        if open(f"{task}/comm").read().strip() == "attnserve":
+        if open(f"{task}/comm").read().strip() in ("attnserve", "attnserve-batch"):
             batch += cpu(f"{task}/stat")
     except OSError:
         pass
@@ -123,7 +128,7 @@ start_server() {
       "${flags[@]}" >"${server_log}" 2>&1 &
     server_pid=$!
     waited=0
-    while kill -0 "${server_pid}" 2>/dev/null && ! grep -q "listening" "${server_log}"; do
+    while kill -0 "${server_pid}" 2>/dev/null && ! grep -qs "listening" "${server_log}"; do
       sleep 0.1
       waited=$((waited + 1))
       if ((waited > 600)); then
@@ -133,8 +138,8 @@ start_server() {
       fi
     done
     if kill -0 "${server_pid}" 2>/dev/null; then
-      "${load_bin}" run --target "127.0.0.1:${port}" --requests 1 --warmup-requests 0 \
-        --concurrency 1 --connect-timeout-s 30 --json >/dev/null
+      "${cli_bin}" --target "127.0.0.1:${port}" --timeout-s 30 -q bench --requests 1 \
+        --concurrency 1 --json >/dev/null
       return
     fi
     wait "${server_pid}" || true # Exited: the port was taken meanwhile, or a real error.
@@ -157,8 +162,9 @@ stop_server() {
   fi
 }
 
-# scenario NAME "SERVER FLAGS" LOAD FLAGS...: one server, one measured load run. Writes
-# ${work}/NAME.json: the load result, the server's CPU seconds, and the cores the whole machine
+# scenario NAME "SERVER FLAGS" BENCH FLAGS...: one server, one measured run of attnserve-cli bench
+# (DURATION_S seconds, after 100 uncounted warm-up requests). Writes
+# ${work}/NAME.json: bench's JSON report, the server's CPU seconds, and the cores the whole machine
 # kept busy (what exceeds server + driver belongs to other processes or is the hypervisor's steal).
 scenario() {
   local name="$1" server_flags="$2" cpu0 cpu1 ticks0 ticks1 rc=0
@@ -166,12 +172,12 @@ scenario() {
   shift 2
   read -r -a sflags <<<"${server_flags}"
   wait_quiet "${name}"
-  log "${name}: attnserve ${server_flags:-(defaults)} | attnserve_load run $*"
+  log "${name}: attnserve ${server_flags:-(defaults)} | attnserve-cli bench $*"
   start_server "${work}/${name}.server.log" "${sflags[@]}"
   cpu0="$(server_cpu_s)"
   ticks0="$(cpu_ticks)"
-  "${load_bin}" run --target "127.0.0.1:${port}" --duration-s "${duration_s}" --requests 1000000 \
-    --json "${load_extra[@]}" "$@" >"${work}/${name}.load.json" || rc=$?
+  "${cli_bin}" --target "127.0.0.1:${port}" -q bench --duration "${duration_s}" \
+    --warmup-requests 100 --json "${load_extra[@]}" "$@" >"${work}/${name}.load.json" || rc=$?
   ticks1="$(cpu_ticks)"
   cpu1="$(server_cpu_s)"
   stop_server
@@ -196,12 +202,12 @@ print(json.dumps(r))' "${work}/${name}.load.json" "${cpu0}" "${cpu1}" "${server_
     "${ticks0}" "${ticks1}" >"${work}/${name}.json"
 }
 
-# offline NAME FLAGS...: the core alone.
+# offline NAME FLAGS...: the core alone (attnserve_offline_bench).
 offline() {
   local name="$1"
   shift
   wait_quiet "${name}"
-  log "${name}: attnserve_load offline $*"
-  "${load_bin}" offline --duration-s "${offline_s}" --json "$@" >"${work}/${name}.json"
+  log "${name}: attnserve_offline_bench $*"
+  "${offline_bin}" --duration-s "${offline_s}" --json "$@" >"${work}/${name}.json"
 }
 

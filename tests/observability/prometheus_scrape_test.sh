@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # End-to-end check of attnserve's /metrics with a real Prometheus (issue 5):
 #   attnserve (ephemeral gRPC and metrics ports) ← Prometheus scraping every 1 s (its config
-#   derived from deploy/prometheus.yml) ← attnserve_load driving ~300 unary Attend calls, plus two
-#   that fail (INVALID_ARGUMENT: too long a sequence; NOT_FOUND: model "nope"). Then asks
-#   Prometheus' HTTP API for what the dashboard plots and checks the answers are plausible.
-# Usage: prometheus_scrape_test.sh ATTNSERVE ATTNSERVE_LOAD REPO_ROOT
+#   derived from deploy/prometheus.yml) ← attnserve-cli bench driving ~300 unary Attend calls,
+#   plus calls that fail (INVALID_ARGUMENT: too long a sequence, two `attnserve-cli attend`;
+#   NOT_FOUND: model "nope"). Then asks Prometheus' HTTP API for what the dashboard plots and
+#   checks the answers are plausible.
+# Usage: prometheus_scrape_test.sh ATTNSERVE ATTNSERVE_CLI REPO_ROOT
 # Exits 0 on success, 1 on failure or without prometheus (a missing install step must fail CI,
 # not skip).
 # Everything listens on 127.0.0.1; every wait is bounded; the trap stops every child it started.
 set -euo pipefail
-[ $# -eq 3 ] || { echo "usage: $0 ATTNSERVE ATTNSERVE_LOAD REPO_ROOT" >&2; exit 2; }
-attnserve=$1 load=$2 root=$3
+[ $# -eq 3 ] || { echo "usage: $0 ATTNSERVE ATTNSERVE_CLI REPO_ROOT" >&2; exit 2; }
+attnserve=$1 cli=$2 root=$3
 # Debian's interpreter on purpose: a virtualenv's python3 earlier on PATH is not what CI has.
 python=${PYTHON:-/usr/bin/python3}
 [ -x "$python" ] || python=$(command -v python3)
@@ -123,29 +124,34 @@ say "first scrape done after $((SECONDS - started)) s (up == 1)"
 # 3. Load. Six rounds of 50 spread over ~3 s, so rate() sees the counters grow between several
 #    scrapes (one burst between two scrapes gives a rate from a single increase, or none for
 #    series born with their first request, such as the error codes).
-#    `timeout 30` bounds each run whatever attnserve_load's own caps do (each takes ~50 ms).
+#    `timeout 30` bounds each run whatever attnserve-cli's own deadlines do (each takes ~50 ms).
+#    --max-attempts 1: no retries, so the server sees exactly the calls the client accounts for.
+cli_call() { timeout 30 "$cli" --target "127.0.0.1:$grpc_port" --max-attempts 1 -q "$@"; }
 ok_sent=0
 for round in 1 2 3 4 5 6; do
-  timeout 30 "$load" run --target "127.0.0.1:$grpc_port" --seq-len 16 --concurrency 4 \
-    --requests 50 --warmup-requests 0 --json >"$tmp/load_$round.json" 2>"$tmp/load_$round.err" ||
-    fail "attnserve_load round $round failed: $(cat "$tmp/load_$round.err" "$tmp/load_$round.json")"
+  cli_call bench --seq-len 16 --concurrency 4 --requests 50 --json >"$tmp/load_$round.json" \
+    2>"$tmp/load_$round.err" ||
+    fail "attnserve-cli bench round $round failed:" \
+      "$(cat "$tmp/load_$round.err" "$tmp/load_$round.json")"
   ok=$("$python" -c 'import json, sys
 r = json.load(open(sys.argv[1]))
-sys.exit("errors: " + json.dumps(r["errors"])) if r["errors"] else print(r["requests_ok"])' \
+sys.exit("errors: " + json.dumps(r["errors"])) if r["errors"] else print(r["ok"])' \
     "$tmp/load_$round.json") ||
-    fail "attnserve_load round $round: $ok"
+    fail "attnserve-cli bench round $round: $ok"
   ok_sent=$((ok_sent + ok))
   sleep 0.5
 done
 # Failures the server must count: a sequence over --max-sequence-length (64 here) is
 # INVALID_ARGUMENT on Attend; model "nope" is NOT_FOUND on GetModel, under model="<unknown>".
-# attnserve_load exits non-zero for both, as expected; its own account is checked instead.
-timeout 30 "$load" run --target "127.0.0.1:$grpc_port" --seq-len 65 --concurrency 1 --requests 2 \
-  --warmup-requests 0 --json >"$tmp/load_invalid.json" 2>&1 || true
-grep -q '"INVALID_ARGUMENT": 2' "$tmp/load_invalid.json" ||
-  fail "expected 2 INVALID_ARGUMENT answers to --seq-len 65: $(cat "$tmp/load_invalid.json")"
-timeout 30 "$load" run --target "127.0.0.1:$grpc_port" --model nope --requests 1 \
-  --warmup-requests 0 --connect-timeout-s 5 >"$tmp/load_nope.txt" 2>&1 || true
+# attnserve-cli exits 1 for each, as expected; its error message is checked instead. bench
+# refuses a --seq-len over the model's limit before sending, so `attend` sends the long ones.
+for call in 1 2; do
+  cli_call attend --random 65 >"$tmp/attend_invalid_$call.txt" 2>&1 && rc=0 || rc=$?
+  [ $rc -eq 1 ] && grep -q INVALID_ARGUMENT "$tmp/attend_invalid_$call.txt" ||
+    fail "expected INVALID_ARGUMENT for 65 rows (exit 1), got exit $rc:" \
+      "$(cat "$tmp/attend_invalid_$call.txt")"
+done
+cli_call bench --model nope --requests 1 >"$tmp/load_nope.txt" 2>&1 || true
 grep -q NOT_FOUND "$tmp/load_nope.txt" ||
   fail "expected NOT_FOUND for model nope: $(cat "$tmp/load_nope.txt")"
 say "sent $ok_sent OK Attend calls, 2 INVALID_ARGUMENT Attend calls, 1 NOT_FOUND GetModel"

@@ -1,5 +1,6 @@
 // attnserve-cli's subcommands against a live in-process server on 127.0.0.1 (models "small" and
-// "single"), run in-process through RunCli, and the binary itself for health's exit status.
+// "single"), run in-process through RunCli, and the binary itself for health's exit status. The
+// server's /metrics page counts what bench really sent.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "client/cli/npy.h"
 #include "client/cli/random_values.h"
 #include "nlohmann/json.hpp"
+#include "tests/server/metrics/exposition.h"
 #include "tests/server/service/server_test_support.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
@@ -215,11 +217,71 @@ TEST_F(CliCommandsTest, BenchOpenLoopTextReport) {
   }
 }
 
+// attnserve_requests_total{code="OK",method=`method`,model="small"} on the server's /metrics.
+double OkRequestsOnServer(int metrics_port, const std::string& method) {
+  absl::StatusOr<Samples> samples = Scrape(metrics_port);
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  if (!samples.ok()) return -1;
+  return ValueOf(*samples, absl::StrCat("attnserve_requests_total{code=\"OK\",method=\"", method,
+                                        "\",model=\"small\"}"));
+}
+
+TEST_F(CliCommandsTest, BenchWarmupRequestsAreSentButNotCounted) {
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "unary");
+    const std::string method = stream ? "AttendStream" : "Attend";
+    const double before = OkRequestsOnServer(server().metrics_port(), method);
+    std::vector<std::string> args = {"bench", "--model",           "small", "--requests",
+                                     "20",    "--concurrency",     "4",     "--json",
+                                     "-q",    "--warmup-requests", "30"};
+    if (stream) args.push_back("--stream");
+    const CliRun run = Run(args);
+    ASSERT_EQ(run.code, 0) << run.err << run.out;
+    const nlohmann::json report = nlohmann::json::parse(run.out);
+    EXPECT_EQ(report["requests"], 20);
+    EXPECT_EQ(report["ok"], 20);
+    EXPECT_EQ(report["warmup_requests"], 30);
+    EXPECT_EQ(OkRequestsOnServer(server().metrics_port(), method) - before, 50);
+    EXPECT_EQ(run.err, "");
+  }
+}
+
+TEST_F(CliCommandsTest, BenchReportsBatchesComputeBusyAndClientCpu) {
+  // Concurrency 1 against a server that releases a batch at once: every batch is one request.
+  const CliRun run =
+      Run({"bench", "--model", "small", "--requests", "20", "--concurrency", "1", "--json", "-q"});
+  ASSERT_EQ(run.code, 0) << run.err << run.out;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  const nlohmann::json& server = report["server"];
+  EXPECT_DOUBLE_EQ(server["batches"].get<double>(), 20);
+  EXPECT_DOUBLE_EQ(server["batch_mean_sequences"].get<double>(), 1);
+  // Σ compute_us over the batches, over the run's wall time; one request per batch, so the mean
+  // compute_us times the requests, and one request at a time, so less than the whole time.
+  const double busy = server["compute_busy"].get<double>();
+  EXPECT_NEAR(
+      busy, server["mean_compute_us"].get<double>() * 20 * 1e-6 / report["elapsed_s"].get<double>(),
+      1e-9 + busy * 1e-9);
+  EXPECT_GE(busy, 0);
+  EXPECT_LT(busy, 1);
+  EXPECT_GT(report["client_cpu_s"].get<double>(), 0);
+  EXPECT_EQ(report["warmup_requests"], 0);
+
+  const CliRun text = Run({"bench", "--model", "small", "--requests", "20", "--concurrency", "1",
+                           "--warmup-requests", "5", "-q"});
+  ASSERT_EQ(text.code, 0) << text.err << text.out;
+  EXPECT_THAT(text.out, HasSubstr("after 5 warm-up requests"));
+  EXPECT_THAT(text.out, HasSubstr("batches:     20, 1.00 sequences per batch"));
+  EXPECT_THAT(text.out, HasSubstr("client CPU:"));
+}
+
 TEST_F(CliCommandsTest, BenchFailsOnAnUnknownModelOrBadOptions) {
   EXPECT_EQ(Run({"bench", "--model", "nosuch", "--requests", "5", "-q"}).code, 1);
   const CliRun bad_len = Run({"bench", "--model", "small", "--seq-len", "9:3", "-q"});
   EXPECT_EQ(bad_len.code, 1);
   EXPECT_THAT(bad_len.err, HasSubstr("--seq-len"));
+  const CliRun bad_warmup = Run({"bench", "--model", "small", "--warmup-requests", "-1", "-q"});
+  EXPECT_EQ(bad_warmup.code, 1);
+  EXPECT_THAT(bad_warmup.err, HasSubstr("--warmup-requests"));
 }
 
 TEST_F(CliCommandsTest, GhzDataNeedsNoServer) {
