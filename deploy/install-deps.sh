@@ -6,7 +6,8 @@
 #   container      podman and what deploy/container-test.sh needs to build and run the image
 #                  without a Docker engine
 # Idempotent and non-interactive: packages already present are left as they are.
-# Usage: deploy/install-deps.sh [dev|build|container]...   (as root, or as a user with sudo)
+# Usage: deploy/install-deps.sh [dev|build|container]...   (as root, or as a user with sudo, when
+# anything is missing; with everything installed any user may run it)
 set -euo pipefail
 
 build_packages=(
@@ -50,12 +51,6 @@ for profile in "${@:-dev}"; do
   esac
 done
 
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
-  sudo_cmd=(sudo)
-fi
-
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -64,6 +59,17 @@ done
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages (${*:-dev}) already installed"
   exit 0
+fi
+
+# Root (or sudo) only when something must be installed: a user whose machine already has every
+# package builds without either.
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || {
+    echo "install-deps: missing ${missing[*]}; run as root or install sudo to install them" >&2
+    exit 1
+  }
+  sudo_cmd=(sudo)
 fi
 
 echo "install-deps: installing ${missing[*]}"

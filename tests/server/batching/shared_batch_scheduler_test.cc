@@ -11,8 +11,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -31,6 +29,7 @@
 #include "server/batching/batching_options.h"
 #include "server/batching/clock.h"
 #include "server/batching/fake_clock.h"
+#include "tests/support/thread_names.h"
 
 namespace attnserve::batching {
 namespace {
@@ -630,16 +629,7 @@ INSTANTIATE_TEST_SUITE_P(Delays, SharedBatchSchedulerStressTest, ::testing::Valu
 // ---------------------------------------------------------------------------------------------
 // Sharing: several queues on one scheduler.
 
-// Threads of this process whose name (/proc/self/task/*/comm) is `name`.
-int CountThreadsNamed(const std::string& name) {
-  int count = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) ++count;
-  }
-  return count;
-}
+using ::attnserve::testing::CountThreadsNamed;
 
 // A hot queue with a backlog cannot starve a cold one: the cold queue's lone task runs as soon as
 // the hot batch in progress is done, before the rest of the hot backlog.

@@ -1,0 +1,66 @@
+// The server's batch threads belong to one shared scheduler: eight models under load are served
+// by num_batch_threads threads ("attnserve-batch"), not by a set of threads per model.
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention_weights.h"
+#include "core/model/model_writer.h"
+#include "gtest/gtest.h"
+#include "tests/server/service/server_test_support.h"
+#include "tests/support/thread_names.h"
+
+namespace attnserve::testing {
+namespace {
+
+constexpr char kBatchThreadName[] = "attnserve-batch";
+
+class SharedBatchThreadsTest : public ServerTest {};
+
+TEST_F(SharedBatchThreadsTest, EightModelsUnderLoadKeepTheBatchThreadCount) {
+  // Six more models beside the repository's "small" and "single".
+  model::ModelConfig config;
+  config.attention = {.d_model = kSmallWidth, .num_heads = kSmallHeads, .bias = true};
+  std::vector<std::string> models = {kSmallModel, kSingleModel};
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = absl::StrCat("extra", i);
+    ASSERT_TRUE(model::WriteModelFolder(repository() / name, config,
+                                        core::MakeRandomWeights(config.attention, 20 + i),
+                                        model::WeightNaming::kSeed, model::TensorDtype::kF32)
+                    .ok());
+    models.push_back(name);
+  }
+  server::ServerOptions options = TestServerOptions();
+  options.num_batch_threads = 2;
+  options.runner.compute_threads = 1;  // Teams of one: no OpenMP workers share the name.
+  StartServer(options);
+  ASSERT_EQ(server().router().Routes().size(), 8u);
+  EXPECT_EQ(CountThreadsNamed(kBatchThreadName), 2);
+
+  // Every model at once: one client thread per model, 25 calls each.
+  std::atomic<int> failed{0};
+  std::atomic<int> most_threads{0};
+  std::vector<std::thread> clients;
+  for (const std::string& name : models) {
+    clients.emplace_back([&, name] {
+      const int64_t width = name == kSingleModel ? kSingleWidth : kSmallWidth;
+      for (int i = 0; i < 25; ++i) {
+        v1::AttendResponse response;
+        if (!Attend(MakeRequest(name, 4, width, i), &response).ok()) failed.fetch_add(1);
+        const int threads = CountThreadsNamed(kBatchThreadName);
+        int seen = most_threads.load();
+        while (threads > seen && !most_threads.compare_exchange_weak(seen, threads)) {
+        }
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(most_threads.load(), 2);
+  EXPECT_EQ(CountThreadsNamed(kBatchThreadName), 2);
+}
+
+}  // namespace
+}  // namespace attnserve::testing
