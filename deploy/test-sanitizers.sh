@@ -2,8 +2,9 @@
 # CI's second stage (.ci/run calls it after deploy/test.sh): the project's code and tests rebuilt
 # with sanitizers (CMakePresets.json; tests only, no benchmarks or tools) and run under them.
 #   asan — AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer): core, model, server
-#   tsan — ThreadSanitizer: server (batcher included), model (repository reloads and polling on
-#          several threads) and the core's executors on two threads; one OpenMP thread
+#   tsan — ThreadSanitizer: server (batch scheduler, repository reloads and polling on
+#          several threads included), model, client, and the core's executors on two threads; one
+#          OpenMP thread
 # Any report fails the run. Debian's libraries are not instrumented: tests/sanitizers/ holds the
 # few suppressions that need, each for library code only, each with its reason.
 # Usage: deploy/test-sanitizers.sh [asan] [tsan]        (default: both, in that order)
