@@ -60,9 +60,9 @@ absl::Status CheckScoreSize(const AttentionInputs& in, int64_t num_heads) {
 
 }  // namespace
 
-int64_t ScoreElements(const AttentionInputs& in) {
+int64_t ScoreElements(const AttentionInputs& in, int64_t first, int64_t end) {
   int64_t total = 0;
-  for (int64_t i = 0; i < in.query.num_sequences(); ++i) {
+  for (int64_t i = first; i < end; ++i) {
     total += in.query.length(i) * KeyLength(in, i);
   }
   return total;

@@ -70,8 +70,14 @@ inline int64_t KeyLength(const AttentionInputs& in, int64_t i) {
   return in.memory ? in.memory->length(i) : in.query.length(i);
 }
 
-// Σ T_i·S_i: the size of an explicit mask for these inputs.
-int64_t ScoreElements(const AttentionInputs& in);
+// Σ T_i·S_i over the sequences first..end-1 of `in` (0 <= first <= end <= B): their share of an
+// explicit mask, and of the weights output divided by num_heads.
+int64_t ScoreElements(const AttentionInputs& in, int64_t first, int64_t end);
+
+// Σ T_i·S_i over every sequence: the size of an explicit mask for these inputs.
+inline int64_t ScoreElements(const AttentionInputs& in) {
+  return ScoreElements(in, 0, in.query.num_sequences());
+}
 
 // num_heads · Σ T_i·S_i: the size of the weights output for these inputs.
 inline int64_t WeightsSize(const AttentionConfig& config, const AttentionInputs& in) {

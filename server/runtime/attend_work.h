@@ -58,17 +58,6 @@ struct AttendWork {
   }
 };
 
-// Σ T_i·S_i over the sequences of `work` (S_i = T_i for self-attention): the explicit mask's
-// size, and the weights' size divided by num_heads.
-inline int64_t ScoreElementsOf(const AttendWork& work) {
-  int64_t total = 0;
-  for (size_t i = 0; i < work.query_lengths.size(); ++i) {
-    const int64_t keys = work.cross_attention ? work.memory_lengths[i] : work.query_lengths[i];
-    total += work.query_lengths[i] * keys;
-  }
-  return total;
-}
-
 // Where the time of one request went, as reported back in AttendResponse.timing.
 struct AttendTiming {
   int64_t queue_us = 0;    // enqueue to batch start

@@ -176,16 +176,20 @@ absl::Status BatchRunner::RunTogether(const std::vector<AttendTask*>& tasks,
                             .batch_sequences = packed.sequences(),
                             .batch_tokens = packed.rows()};
   size_t output_at = 0, weights_at = 0;
+  int64_t sequence_at = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const AttendWork& work = tasks[i]->work();
     AttendResult result{.storage = buffers, .timing = timing};
     result.output = output.subspan(output_at, work.query.size());
     output_at += work.query.size();
     if (want_weights) {
-      const size_t size = static_cast<size_t>(heads * ScoreElementsOf(work));
+      const int64_t end = sequence_at + work.sequences();
+      const auto size =
+          static_cast<size_t>(heads * core::ScoreElements(packed.inputs(), sequence_at, end));
       result.weights = weights.subspan(weights_at, size);
       weights_at += size;
     }
+    sequence_at += work.sequences();
     result.timing.queue_us = queue_us[i];
     tasks[i]->Finish(std::move(result));
   }
