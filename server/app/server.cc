@@ -111,9 +111,20 @@ std::unique_ptr<metrics::ServerMetrics> MakeMetrics(const ServerOptions& options
 
 ModelLifecycleListener Server::LifecycleListener() {
   return {.on_events =
-              [metrics = metrics_.get()](const std::vector<repository::ModelEvent>& events) {
+              [metrics = metrics_.get(), root = options_.repository.root](
+                  const std::vector<repository::ModelEvent>& events, const absl::Status& scan) {
                 LogModelEvents(events);
                 CountModelEvents(events, metrics);
+                // Called when the scan status changes: once per episode, not once per poll.
+                if (!scan.ok()) {
+                  spdlog::error(
+                      "model repository {}: cannot be scanned, every model keeps "
+                      "serving: {}",
+                      root.string(), scan.ToString());
+                  if (metrics != nullptr) metrics->CountRepositoryScanFailure();
+                } else if (events.empty()) {
+                  spdlog::info("model repository {}: readable again", root.string());
+                }
               },
           .on_serving_changed =
               [this](const std::string& name, bool serving) {

@@ -179,6 +179,14 @@ ServerMetrics::ServerMetrics(const BuildInfo& build)
                         .Name("attnserve_model_load_failures_total")
                         .Help("Failed loads or reloads of the model's folder.")
                         .Register(*registry_);
+  repository_scan_failures_ =
+      &BuildCounter()
+           .Name("attnserve_repository_scan_failures_total")
+           .Help(
+               "Times the model repository folder became impossible to list (replaced by a file, "
+               "a symlink loop, no permission); the models loaded before keep serving.")
+           .Register(*registry_)
+           .Add({});
   inflight_ = &BuildGauge()
                    .Name("attnserve_inflight_requests")
                    .Help(
@@ -201,6 +209,9 @@ ServerMetrics::ServerMetrics(const BuildInfo& build)
 ServerMetrics::~ServerMetrics() = default;
 
 ModelMetrics& ServerMetrics::AddModel(const std::string& name) {
+  // Neither is a model folder's name: they have no per-model series to register.
+  if (name.empty()) return *no_model_;
+  if (name == kUnknownModel) return *unknown_;
   std::lock_guard<std::shared_mutex> lock(mu_);
   std::unique_ptr<ModelMetrics>& entry = models_[name];
   if (entry == nullptr) entry = std::unique_ptr<ModelMetrics>(new ModelMetrics(this, name));
@@ -214,7 +225,8 @@ ModelMetrics& ServerMetrics::ForModel(std::string_view name) {
 }
 
 void ServerMetrics::CountLoadFailure(const std::string& name) {
-  AddModel(name).load_failures_->Increment();
+  ModelMetrics& model = AddModel(name);
+  if (model.load_failures_ != nullptr) model.load_failures_->Increment();
 }
 
 void ServerMetrics::SetSnapshotSource(std::function<std::vector<ModelSnapshot>()> source) {

@@ -119,7 +119,8 @@ class ServerMetrics {
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
-  // Registers `name` as a model label (idempotent) and returns its children.
+  // Registers `name` as a model label (idempotent) and returns its children. "" and
+  // kUnknownModel are not model names: they get no_model() and unknown_model().
   ModelMetrics& AddModel(const std::string& name);
   // The children of a registered model; kUnknownModel's for any other name.
   ModelMetrics& ForModel(std::string_view name);
@@ -127,8 +128,11 @@ class ServerMetrics {
   // The label of requests about no model in particular (ListModels): model="".
   ModelMetrics& no_model() { return *no_model_; }
 
-  // attnserve_model_load_failures_total{model}: registers the model if needed.
+  // attnserve_model_load_failures_total{model}: registers the model if needed ("" and
+  // kUnknownModel count nothing).
   void CountLoadFailure(const std::string& name);
+  // attnserve_repository_scan_failures_total: the repository folder became unreadable.
+  void CountRepositoryScanFailure() { repository_scan_failures_->Increment(); }
   // attnserve_inflight_requests: +1 when a request arrives, -1 when it is answered.
   void RequestStarted() { inflight_->Increment(); }
   void RequestEnded() { inflight_->Decrement(); }
@@ -153,6 +157,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* batch_tokens_;
   prometheus::Family<prometheus::Counter>* tokens_;
   prometheus::Family<prometheus::Counter>* load_failures_;
+  prometheus::Counter* repository_scan_failures_;
   prometheus::Gauge* inflight_;
   std::shared_ptr<SnapshotCollectable> snapshots_;
   std::shared_ptr<prometheus::Collectable> process_;

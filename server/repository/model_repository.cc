@@ -120,10 +120,21 @@ absl::Status ModelRepository::Reload(std::string_view name) {
   return LoadAndSwap(key, FingerprintOf(key)).status;
 }
 
+absl::Status ModelRepository::scan_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scan_status_;
+}
+
 std::vector<ModelEvent> ModelRepository::Poll() {
   std::lock_guard<std::mutex> load_lock(load_mu_);
   absl::StatusOr<std::vector<std::string>> names = ScanNames();
-  if (!names.ok()) return {{ModelEvent::Kind::kFailed, "", 0, names.status()}};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scan_status_ = names.status();
+  }
+  // An unreadable root says nothing about the models: unloading them all would turn a transient
+  // permission or mount problem into an outage.
+  if (!names.ok()) return {};
 
   std::map<std::string, Entry, std::less<>> known;
   {

@@ -93,8 +93,13 @@ class ModelRepository {
   // Rescans root: loads new folders, reloads folders whose config.json or weights.safetensors
   // changed (size, modification or status-change time, or inode; symlinks followed), and unloads
   // models whose folder is gone. A failed load is retried only after its files change again.
-  // Returns what happened, in name order.
+  // Returns what happened, in name order. When root cannot be listed (replaced by a file, a
+  // symlink loop, no permission), nothing is loaded or unloaded: every model keeps serving, Poll
+  // returns no event, and scan_status() says why until a later scan succeeds.
   std::vector<ModelEvent> Poll();
+
+  // OK, or why the most recent Poll() could not list root (naming it and the system's reason).
+  absl::Status scan_status() const;
 
   const ModelRepositoryOptions& options() const { return options_; }
 
@@ -130,6 +135,7 @@ class ModelRepository {
   // Whether the policy serves the embedded demo; a "demo" folder replaces it while it exists.
   const bool serves_embedded_demo_;
   std::mutex load_mu_;  // Serializes loading (Reload, Poll): one load at a time.
+  absl::Status scan_status_ ABSL_GUARDED_BY(mu_);
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
 };

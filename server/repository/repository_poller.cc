@@ -24,7 +24,10 @@ void RepositoryPoller::Run() {
       absl::Milliseconds(std::max<int64_t>(1, options_.poll_interval_ms));
   while (!stop_.WaitForNotificationWithTimeout(interval)) {
     std::vector<ModelEvent> events = repository_.Poll();
-    if (!events.empty() && on_events_) on_events_(events);
+    absl::Status scan = repository_.scan_status();
+    const bool scan_changed = scan != last_scan_;
+    last_scan_ = scan;
+    if ((!events.empty() || scan_changed) && on_events_) on_events_(events, scan);
   }
 }
 

@@ -24,9 +24,11 @@ struct RepositoryPollerOptions {
 
 class RepositoryPoller {
  public:
-  // Called on the poller's thread after every poll that changed something (non-empty events);
-  // used to log. Must not destroy the poller.
-  using EventCallback = std::function<void(const std::vector<ModelEvent>&)>;
+  // Called on the poller's thread after every poll that changed something (non-empty events) or
+  // whose scan status (ModelRepository::scan_status) differs from the previous poll's; `scan` is
+  // that status. Used to log and count. Must not destroy the poller.
+  using EventCallback =
+      std::function<void(const std::vector<ModelEvent>& events, const absl::Status& scan)>;
 
   // Starts polling `repository` (borrowed). The first poll happens one interval from now.
   RepositoryPoller(ModelRepository& repository, const RepositoryPollerOptions& options,
@@ -43,7 +45,8 @@ class RepositoryPoller {
   const RepositoryPollerOptions options_;
   const EventCallback on_events_;
   Notification stop_;
-  std::thread thread_;  // Last: starts after every other member is ready.
+  absl::Status last_scan_;  // Only touched by the poller's thread.
+  std::thread thread_;      // Last: starts after every other member is ready.
 };
 
 }  // namespace attnserve::repository

@@ -90,9 +90,9 @@ void ModelLifecycle::StartPolling() {
   poller_ = std::make_unique<repository::RepositoryPoller>(
       *repository_,
       repository::RepositoryPollerOptions{.poll_interval_ms = options_.poll_interval_ms},
-      [this](const std::vector<repository::ModelEvent>& events) {
-        if (listener_.on_events) listener_.on_events(events);
-        Sync();
+      [this](const std::vector<repository::ModelEvent>& events, const absl::Status& scan) {
+        if (listener_.on_events) listener_.on_events(events, scan);
+        if (!events.empty()) Sync();
       });
 }
 

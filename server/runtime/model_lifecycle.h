@@ -44,8 +44,10 @@ struct ModelLifecycleOptions {
 // thread that syncs (the constructor's, or the poller's), one sync at a time; a callback must not
 // call back into the lifecycle.
 struct ModelLifecycleListener {
-  // After each poll that changed something (for logs and metrics).
-  std::function<void(const std::vector<repository::ModelEvent>& events)> on_events;
+  // After each poll that changed something, or whose repository scan status changed (`scan`:
+  // OK, or why the repository folder could not be listed), for logs and metrics.
+  std::function<void(const std::vector<repository::ModelEvent>& events, const absl::Status& scan)>
+      on_events;
   // A model name started (true) or stopped (false) serving (for health).
   std::function<void(const std::string& name, bool serving)> on_serving_changed;
 };

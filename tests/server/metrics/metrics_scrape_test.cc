@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/metrics/exposition.h"
@@ -220,6 +222,27 @@ TEST_F(MetricsScrapeTest, ABrokenModelFolderIsCountedAsALoadFailure) {
   // A request for it is counted under its own (known) name.
   EXPECT_EQ(AttendCode(MakeRequest("broken", 2, kSmallWidth, 1)), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(ValueOf(ScrapeNow(), Requests("UNAVAILABLE", "Attend", "broken")), 1);
+}
+
+// The repository folder replaced by a file while the server polls it: no crash, the failure is
+// counted once, and the models loaded before keep serving.
+TEST_F(MetricsScrapeTest, AnUnreadableRepositoryIsCountedAndModelsKeepServing) {
+  server::ServerOptions options = TestServerOptions();
+  options.model_poll_interval_ms = 10;
+  StartServer(options);
+  const std::filesystem::path moved = repository().string() + ".moved";
+  std::filesystem::rename(repository(), moved);
+  std::ofstream(repository()) << "not a folder";
+  const std::string failures = "attnserve_repository_scan_failures_total";
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (ValueOf(ScrapeNow(), failures) < 1) {
+    ASSERT_LT(absl::Now(), give_up) << "the scan failure was never counted";
+  }
+  EXPECT_EQ(AttendCode(MakeRequest(kSmallModel, 2, kSmallWidth, 1)), grpc::StatusCode::OK);
+  EXPECT_EQ(ValueOf(ScrapeNow(), Series("attnserve_model_loaded", "model=\"small\"")), 1);
+  EXPECT_EQ(ValueOf(ScrapeNow(), failures), 1);  // Once per episode, not once per poll.
+  std::filesystem::remove(repository());
+  std::filesystem::rename(moved, repository());
 }
 
 TEST_F(MetricsScrapeTest, AnEmptyAddressTurnsMetricsOff) {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +42,8 @@ namespace {
 
 using ::attnserve::model::Model;
 
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // How long a test waits for the poller (polling every 5 ms) before giving up.
@@ -52,6 +55,7 @@ using ::attnserve::testing::Compute;
 using ::attnserve::testing::ExpectedOutput;
 using ::attnserve::testing::kSame;
 using ::attnserve::testing::MaxAbsDiff;
+using ::attnserve::testing::Names;
 using ::attnserve::testing::SmallConfig;
 using ::attnserve::testing::WriteModel;
 
@@ -60,9 +64,10 @@ class EventLog {
  public:
   // The poller's callback.
   RepositoryPoller::EventCallback Callback() {
-    return [this](const std::vector<ModelEvent>& events) {
+    return [this](const std::vector<ModelEvent>& events, const absl::Status& scan) {
       callbacks_.fetch_add(1);
       std::lock_guard<std::mutex> lock(mu_);
+      scans_.push_back(scan);
       if (events.empty()) empty_callback_ = true;
       events_.insert(events_.end(), events.begin(), events.end());
       ++batches_;
@@ -99,6 +104,11 @@ class EventLog {
     std::lock_guard<std::mutex> lock(mu_);
     return empty_callback_;
   }
+  // The scan status each callback carried, in order.
+  std::vector<absl::Status> scans() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return scans_;
+  }
   // Callbacks so far; readable without the lock.
   int64_t callbacks() const { return callbacks_.load(); }
 
@@ -106,6 +116,7 @@ class EventLog {
   mutable std::mutex mu_;
   std::condition_variable changed_;  // Signalled when a callback has recorded its events.
   std::vector<ModelEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> scans_ ABSL_GUARDED_BY(mu_);
   int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
   bool empty_callback_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> callbacks_{0};
@@ -324,6 +335,38 @@ TEST_F(RepositoryPollerTest, ReadersSeeCompleteModelsWhileThePollerReloads) {
   absl::StatusOr<std::shared_ptr<const Model>> last = repo_->Get("m");
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_GE((*last)->version, kSeeds);
+}
+
+// The repository folder replaced by a file: the poller reports the scan failure once (no event,
+// no crash), every model keeps serving, and the recovery is reported when the folder is back.
+TEST_F(RepositoryPollerTest, AnUnreadableRootIsReportedOnceAndModelsKeepServing) {
+  ASSERT_TRUE(WriteModel(root() / "m", 1).ok());
+  ASSERT_EQ(repo_->Poll().size(), 1u);
+  auto poller = StartPoller();
+  const std::filesystem::path moved = temp_.path() / "moved";
+  std::filesystem::rename(root(), moved);
+  std::ofstream(root()) << "not a folder";
+  ASSERT_TRUE(log_.WaitForBatchAfter(0, kTimeout));
+  std::vector<absl::Status> scans = log_.scans();
+  ASSERT_EQ(scans.size(), 1u);
+  EXPECT_EQ(scans[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(scans[0].message()), HasSubstr(root().string()));
+  EXPECT_THAT(log_.events(), IsEmpty());
+  EXPECT_THAT(Names(repo_->ServingModels()), ElementsAre("m"));
+
+  // Several more polls of the same failure report nothing new.
+  const int64_t before = log_.batches();
+  EXPECT_FALSE(log_.WaitForBatchAfter(before, absl::Milliseconds(100)));
+
+  std::filesystem::remove(root());
+  std::filesystem::rename(moved, root());
+  ASSERT_TRUE(log_.WaitForBatchAfter(before, kTimeout));
+  scans = log_.scans();
+  ASSERT_EQ(scans.size(), 2u);
+  EXPECT_TRUE(scans[1].ok()) << scans[1];
+  EXPECT_THAT(log_.events(), IsEmpty());
+  EXPECT_TRUE(repo_->scan_status().ok());
+  EXPECT_THAT(Names(repo_->ServingModels()), ElementsAre("m"));
 }
 
 }  // namespace
