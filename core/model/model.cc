@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/attention_weights.h"
-#include "core/model/mapped_file.h"
+#include "core/model/file_bytes.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/weight_naming.h"
 
@@ -34,7 +34,7 @@ absl::Status CheckFolder(const std::filesystem::path& folder) {
 }
 
 absl::StatusOr<ModelConfig> ReadConfig(const std::filesystem::path& path) {
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+  absl::StatusOr<FileBytes> file = FileBytes::Open(path);
   if (!file.ok()) return file.status();  // Already names the path.
   const std::span<const std::byte> bytes = file->bytes();
   absl::StatusOr<ModelConfig> config =

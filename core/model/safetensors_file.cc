@@ -365,7 +365,7 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensors(std::span<const std::byte> ima
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::filesystem::path& path) {
-  auto file = MappedFile::Open(path);
+  auto file = FileBytes::Open(path);
   if (!file.ok()) return file.status();
   auto index = ParseSafetensors(file->bytes());
   if (!index.ok()) {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/model/mapped_file.h"
+#include "core/model/file_bytes.h"
 
 namespace attnserve::model {
 
@@ -77,10 +77,10 @@ struct SafetensorsIndex {
 // Validates `image` (a whole file) as described above.
 absl::StatusOr<SafetensorsIndex> ParseSafetensors(std::span<const std::byte> image);
 
-// A mapped and validated safetensors file. Move-only; thread-safe for const use.
+// A read and validated safetensors file. Move-only; thread-safe for const use.
 class SafetensorsFile {
  public:
-  // Maps and parses `path`. Errors are MappedFile::Open's, or InvalidArgument from
+  // Reads and parses `path`. Errors are FileBytes::Open's, or InvalidArgument from
   // ParseSafetensors; every message starts with the path.
   static absl::StatusOr<SafetensorsFile> Open(const std::filesystem::path& path);
 
@@ -88,11 +88,11 @@ class SafetensorsFile {
   const SafetensorsIndex& index() const { return index_; }
 
  private:
-  SafetensorsFile(std::filesystem::path path, MappedFile file, SafetensorsIndex index)
+  SafetensorsFile(std::filesystem::path path, FileBytes file, SafetensorsIndex index)
       : path_(std::move(path)), file_(std::move(file)), index_(std::move(index)) {}
 
   std::filesystem::path path_;
-  MappedFile file_;  // Owns the bytes index_ borrows; moving it keeps them at the same address.
+  FileBytes file_;  // Owns the bytes index_ borrows; moving it keeps them at the same address.
   SafetensorsIndex index_;
 };
 

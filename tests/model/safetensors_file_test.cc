@@ -1,5 +1,5 @@
 // Safetensors reading and writing: round trips through the writer, one test per kind of broken
-// file (status code and message), MappedFile's error mapping, and the atomic file writer.
+// file (status code and message), FileBytes's errors, and the atomic file writer.
 #include "core/model/safetensors_file.h"
 
 #include <sys/stat.h>
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/model/file_bytes.h"
 #include "core/model/half_float.h"
-#include "core/model/mapped_file.h"
 #include "core/model/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,7 +98,7 @@ class SafetensorsFileTest : public ::testing::Test {
   const fs::path& dir_ = temp_.path();
 };
 
-using MappedFileTest = SafetensorsFileTest;
+using FileBytesTest = SafetensorsFileTest;
 using SafetensorsWriterTest = SafetensorsFileTest;
 
 // --- Valid files -----------------------------------------------------------------------------
@@ -460,76 +460,86 @@ TEST_F(SafetensorsFileTest, OpenedFileSurvivesAMove) {
   EXPECT_EQ(ReadFloat32(moved.index().tensors[0]).value(), values);
 }
 
-// --- MappedFile --------------------------------------------------------------------------------
+// --- FileBytes ---------------------------------------------------------------------------------
 
-TEST_F(MappedFileTest, MapsTheWholeFile) {
+TEST_F(FileBytesTest, ReadsTheWholeFile) {
   const fs::path path = WriteRaw("data", "hello");
-  auto file = MappedFile::Open(path);
+  auto file = FileBytes::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   const std::span<const std::byte> bytes = file->bytes();
   EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "hello");
-  // Moving keeps the mapping at the same address and empties the source.
-  MappedFile moved = *std::move(file);
+  // Moving keeps the bytes at the same address and empties the source.
+  FileBytes moved = *std::move(file);
   EXPECT_EQ(moved.bytes().data(), bytes.data());
   EXPECT_TRUE(
       file->bytes().empty());  // NOLINT(bugprone-use-after-move): testing the moved-from state.
-  // Assigning over another mapping releases that one and takes this one.
-  auto other = MappedFile::Open(WriteRaw("other", "xyz"));
+  // Assigning over another FileBytes releases its bytes and takes these.
+  auto other = FileBytes::Open(WriteRaw("other", "xyz"));
   ASSERT_TRUE(other.ok()) << other.status();
   *other = std::move(moved);
   EXPECT_EQ(other->bytes().data(), bytes.data());
   EXPECT_EQ(other->bytes().size(), 5u);
 }
 
-TEST_F(MappedFileTest, EmptyFileMapsToAnEmptySpan) {
-  auto file = MappedFile::Open(WriteRaw("empty", ""));
+TEST_F(FileBytesTest, EmptyFileReadsAsAnEmptySpan) {
+  auto file = FileBytes::Open(WriteRaw("empty", ""));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_TRUE(file->bytes().empty());
 }
 
-TEST_F(MappedFileTest, MissingFileIsNotFound) {
+// A file whose size differs from what fstat said when it was opened is being rewritten: Aborted,
+// naming the path, never a fault. (/proc files report size 0 and then read as text: "grew".)
+TEST_F(FileBytesTest, AFileChangingSizeWhileReadIsAbortedNotAFault) {
+  auto file = FileBytes::Open("/proc/self/status");
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(Message(file.status()),
+              AllOf(StartsWith("/proc/self/status: "), HasSubstr("grew while it was read"),
+                    HasSubstr("renaming it into place")));
+}
+
+TEST_F(FileBytesTest, MissingFileIsNotFound) {
   const fs::path path = dir_ / "missing";
-  auto file = MappedFile::Open(path);
+  auto file = FileBytes::Open(path);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(file.status()),
               AllOf(StartsWith(path.string() + ": "), HasSubstr(std::strerror(ENOENT))));
   // A path through a regular file does not exist either.
   const fs::path through_file = WriteRaw("plain", "x") / "child";
-  EXPECT_EQ(MappedFile::Open(through_file).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(FileBytes::Open(through_file).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(MappedFileTest, DirectoryIsFailedPrecondition) {
-  auto file = MappedFile::Open(dir_);
+TEST_F(FileBytesTest, DirectoryIsFailedPrecondition) {
+  auto file = FileBytes::Open(dir_);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(file.status()),
               AllOf(StartsWith(dir_.string() + ": "), HasSubstr("directory"),
                     HasSubstr("not a regular file")));
 }
 
-TEST_F(MappedFileTest, FifoIsFailedPreconditionWithoutBlocking) {
+TEST_F(FileBytesTest, FifoIsFailedPreconditionWithoutBlocking) {
   const fs::path path = dir_ / "fifo";
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
-  auto file = MappedFile::Open(path);
+  auto file = FileBytes::Open(path);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(Message(file.status()), HasSubstr("FIFO"));
 }
 
-TEST_F(MappedFileTest, SymlinkLoopIsInvalidArgument) {
+TEST_F(FileBytesTest, SymlinkLoopIsInvalidArgument) {
   const fs::path a = dir_ / "a";
   const fs::path b = dir_ / "b";
   fs::create_symlink(b, a);
   fs::create_symlink(a, b);
-  auto file = MappedFile::Open(a);
+  auto file = FileBytes::Open(a);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(file.status()),
               AllOf(StartsWith(a.string() + ": "), HasSubstr(std::strerror(ELOOP))));
 }
 
-TEST_F(MappedFileTest, FollowsSymlinks) {
+TEST_F(FileBytesTest, FollowsSymlinks) {
   const fs::path target = WriteRaw("target", "abc");
   const fs::path link = dir_ / "link";
   fs::create_symlink(target, link);
-  auto file = MappedFile::Open(link);
+  auto file = FileBytes::Open(link);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->bytes().size(), 3u);
 }

@@ -1,10 +1,15 @@
 // ModelRepository::Reload: atomic swaps (holders keep the version they have), versions, failed
 // reloads that keep the old version serving, and refused names. What a model computes is checked
 // by running it and comparing with a layer built directly from the same weights.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -145,6 +150,52 @@ TEST_F(ModelRepositoryTest, FailedReloadOfCorruptWeightsKeepsTheOldVersionServin
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   EXPECT_EQ((*fixed)->version, 2);
   EXPECT_TRUE(repo->States()[0].last_error.ok());
+}
+
+// Weights rewritten in place (truncated, then written in pieces, as `cp` does) while they load,
+// over and over: no load may fault (with memory-mapped files this was SIGBUS); each either serves a
+// whole version or fails naming the file, and some version serves throughout.
+TEST_F(ModelRepositoryTest, WeightsRewrittenInPlaceWhileLoadingNeverCrash) {
+  ASSERT_TRUE(WriteModel(root() / "m", 1).ok());
+  ASSERT_TRUE(WriteModel(root() / "other", 2).ok());
+  const std::filesystem::path weights = root() / "m" / kWeightsFileName;
+  auto read_all = [](const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string versions[2] = {read_all(weights),
+                                   read_all(root() / "other" / kWeightsFileName)};
+  std::unique_ptr<ModelRepository> repo = OpenRepository();
+  ASSERT_NE(repo, nullptr);
+
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 300 && !stop.load(); ++i) {
+      std::ofstream out(weights, std::ios::binary | std::ios::trunc);  // Same inode, size 0.
+      const std::string& bytes = versions[i % 2];
+      for (size_t at = 0; at < bytes.size(); at += 1024) {
+        out.write(bytes.data() + at,
+                  static_cast<std::streamsize>(std::min<size_t>(1024, bytes.size() - at)));
+        out.flush();
+      }
+    }
+  });
+  int loaded = 0, failed = 0;
+  for (int i = 0; i < 300; ++i) {
+    const absl::Status status = repo->Reload("m");
+    if (status.ok()) {
+      ++loaded;
+    } else {
+      ++failed;
+      EXPECT_THAT(status.message(), HasSubstr(kWeightsFileName)) << status;
+    }
+    ASSERT_TRUE(repo->Get("m").ok()) << "a version must serve throughout";
+  }
+  stop.store(true);
+  writer.join();
+  EXPECT_EQ(loaded + failed, 300);
+  // Once the writer is done, the file is whole again and loads.
+  EXPECT_TRUE(repo->Reload("m").ok());
 }
 
 TEST_F(ModelRepositoryTest, FailedReloadOfBadConfigNamesTheKey) {

@@ -1,11 +1,11 @@
-#include "core/model/mapped_file.h"
+#include "core/model/file_bytes.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <new>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -33,7 +33,7 @@ const char* FileTypeName(mode_t mode) {
   return "not a regular file";
 }
 
-// Closes `fd` on every path out of Open; the mapping does not need it once created.
+// Closes `fd` on every path out of Open.
 class FdCloser {
  public:
   explicit FdCloser(int fd) : fd_(fd) {}
@@ -45,9 +45,30 @@ class FdCloser {
   int fd_;
 };
 
+// Reads up to `size` bytes into `out`, retrying interrupted and partial reads; returns how many
+// were read (fewer at end of file), or -1 with errno set.
+ssize_t ReadFully(int fd, std::byte* out, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = read(fd, out + done, size - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+absl::Status Changed(const std::filesystem::path& path, size_t expected, const char* how) {
+  return absl::AbortedError(absl::StrCat(
+      path.string(), ": the file ", how, " while it was read (", expected,
+      " bytes when opened): it is being rewritten; replace model files by writing a new file and "
+      "renaming it into place"));
+}
+
 }  // namespace
 
-absl::StatusOr<MappedFile> MappedFile::Open(const std::filesystem::path& path) {
+absl::StatusOr<FileBytes> FileBytes::Open(const std::filesystem::path& path) {
   // O_NONBLOCK keeps a FIFO from blocking open() until a writer appears (it is then rejected as
   // not a regular file); it has no effect on regular files.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -61,32 +82,19 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::filesystem::path& path) {
         absl::StrCat(path.string(), ": is ", FileTypeName(info.st_mode), ", not a regular file"));
   }
   const auto size = static_cast<size_t>(info.st_size);
-  // mmap rejects a zero length, and an empty file has nothing to map anyway.
-  if (size == 0) return MappedFile(nullptr, 0);
-
-  void* data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (data == MAP_FAILED) return ErrnoError(path, "cannot map", errno);
-  return MappedFile(static_cast<const std::byte*>(data), size);
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    Unmap();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
+  std::unique_ptr<std::byte[]> data(new (std::nothrow) std::byte[size == 0 ? 1 : size]);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path.string(), ": cannot allocate ", size, " bytes to read it"));
   }
-  return *this;
-}
-
-MappedFile::~MappedFile() { Unmap(); }
-
-void MappedFile::Unmap() {
-  if (data_ != nullptr) munmap(const_cast<std::byte*>(data_), size_);
-  data_ = nullptr;
-  size_ = 0;
+  const ssize_t got = ReadFully(fd, data.get(), size);
+  if (got < 0) return ErrnoError(path, "cannot read", errno);
+  if (static_cast<size_t>(got) < size) return Changed(path, size, "shrank");
+  std::byte extra;
+  const ssize_t more = ReadFully(fd, &extra, 1);
+  if (more < 0) return ErrnoError(path, "cannot read", errno);
+  if (more > 0) return Changed(path, size, "grew");
+  return FileBytes(std::move(data), size);
 }
 
 }  // namespace attnserve::model
