@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/util/echo.h"
 
 namespace attnserve::server {
 namespace {
@@ -30,14 +31,14 @@ absl::StatusOr<ModelRoute> Find(const RoutingTable& table, std::string_view name
   }
   if (table.loading.contains(wanted)) {
     return absl::UnavailableError(
-        absl::StrCat("model: \"", wanted, "\" is loading; retry in a moment"));
+        absl::StrCat("model: \"", EchoForMessage(wanted), "\" is loading; retry in a moment"));
   }
   if (auto it = table.failed.find(wanted); it != table.failed.end()) {
-    return absl::UnavailableError(
-        absl::StrCat("model: model \"", wanted, "\" failed to load: ", it->second.message()));
+    return absl::UnavailableError(absl::StrCat("model: model \"", EchoForMessage(wanted),
+                                               "\" failed to load: ", it->second.message()));
   }
-  return absl::NotFoundError(
-      absl::StrCat("model: model \"", wanted, "\" not found; serving: ", ServingNames(table)));
+  return absl::NotFoundError(absl::StrCat("model: model \"", EchoForMessage(wanted),
+                                          "\" not found; serving: ", ServingNames(table)));
 }
 
 }  // namespace

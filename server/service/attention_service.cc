@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/echo.h"
 #include "core/util/happens_before.h"
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/grpc_status.h"
@@ -82,8 +83,8 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
         reactor->FinishCall(ToGrpcStatus(FillAttendResponse(work, *result, response)));
       });
   if (!scheduled.ok()) {
-    spdlog::debug("Attend model={} request_id={} rejected: {}", request->model(),
-                  request->request_id(), scheduled.ToString());
+    spdlog::debug("Attend model={} request_id={} rejected: {}", EchoForMessage(request->model()),
+                  EchoForMessage(request->request_id()), scheduled.ToString());
     reactor->FinishCall(ToGrpcStatus(scheduled));
   }
   return reactor;

@@ -74,6 +74,13 @@ std::vector<BadCase> BadCases() {
                    .make = [] { return MakeRequest("nope", 3, kSmallWidth, 1); },
                    .code = grpc::StatusCode::NOT_FOUND,
                    .substrings = {"model", "\"nope\"", kSingleModel, kSmallModel}});
+  // Quoted whole, an 8,000-character name would overflow the client's 8 KiB metadata limit and
+  // turn NOT_FOUND into RESOURCE_EXHAUSTED: the message quotes its first 128 bytes.
+  cases.push_back(
+      {.name = "unknown model with a huge name",
+       .make = [] { return MakeRequest(std::string(8000, 'x'), 3, kSmallWidth, 1); },
+       .code = grpc::StatusCode::NOT_FOUND,
+       .substrings = {"model", std::string(128, 'x') + "...(8000 bytes)\"", kSmallModel}});
   cases.push_back(
       {.name = "no default model among two, none named demo",
        .make = [] { return MakeRequest("", 3, kSmallWidth, 1); },
