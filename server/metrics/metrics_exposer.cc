@@ -9,6 +9,7 @@
 #include <exception>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,9 @@ void ConnectAndHangUp(const std::string& host, int port) {
 
 }  // namespace
 
+constexpr int kHttpThreads = 4;
+constexpr int kRequestTimeoutMs = 1000;
+
 absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
     const std::string& address, const ServerMetrics& metrics) {
   const size_t colon = address.rfind(':');
@@ -49,8 +53,12 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
   std::unique_ptr<MetricsExposer> exposer(new MetricsExposer());
   try {
     // prometheus-cpp reports a failed bind by throwing (CivetWeb): caught here, at the boundary.
-    // One HTTP thread: a scrape is a few milliseconds every few seconds.
-    exposer->exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
+    // A scrape takes a few milliseconds, but one client that sends half a request holds a
+    // CivetWeb thread until the read times out (30 s by default): with several threads and a
+    // short timeout, slow or hostile clients delay a scrape by at most kRequestTimeoutMs.
+    exposer->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", std::to_string(kHttpThreads),
+        "request_timeout_ms", std::to_string(kRequestTimeoutMs)});
   } catch (const std::exception& error) {
     return absl::UnavailableError(
         absl::StrCat("metrics_address: cannot listen on \"", address,

@@ -1,5 +1,7 @@
 // MetricsExposer: serves ServerMetrics over HTTP at /metrics in Prometheus' text format
-// (prometheus-cpp's pull exposer, an embedded CivetWeb server with its own threads).
+// (prometheus-cpp's pull exposer, an embedded CivetWeb server with its own threads: four, and a
+// 1 s read/write timeout, so that clients that send half a request or never read cannot hold the
+// endpoint: a scrape waits at most about a second behind them).
 //
 // Thread-safe; the metrics must outlive the exposer.
 #ifndef ATTNSERVE_SERVER_METRICS_METRICS_EXPOSER_H_

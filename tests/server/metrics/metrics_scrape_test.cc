@@ -1,10 +1,15 @@
 // The server's /metrics page, scraped over HTTP after a known sequence of calls: exact counter
 // values and histogram counts.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -14,6 +19,7 @@
 #include "tests/server/metrics/exposition.h"
 #include "tests/server/service/async_call.h"
 #include "tests/server/service/server_test_support.h"
+#include "tests/support/http_get.h"
 
 namespace attnserve::testing {
 namespace {
@@ -243,6 +249,29 @@ TEST_F(MetricsScrapeTest, AnUnreadableRepositoryIsCountedAndModelsKeepServing) {
   EXPECT_EQ(ValueOf(ScrapeNow(), failures), 1);  // Once per episode, not once per poll.
   std::filesystem::remove(repository());
   std::filesystem::rename(moved, repository());
+}
+
+// Clients that send half a request and then wait (slowloris) cannot hold /metrics: with five of
+// them connected, a scrape still succeeds well within Prometheus' 10 s scrape timeout (CivetWeb
+// drops each after the exposer's 1 s read timeout; one thread with a 30 s timeout did not).
+TEST_F(MetricsScrapeTest, HalfSentRequestsDoNotHoldUpAScrape) {
+  StartServer();
+  std::vector<int> slow_clients;
+  for (int i = 0; i < 5; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    slow_clients.push_back(fd);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server().metrics_port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    const std::string half = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    ASSERT_EQ(send(fd, half.data(), half.size(), 0), static_cast<ssize_t>(half.size()));
+  }
+  absl::StatusOr<std::string> body = HttpGet(server().metrics_port(), "/metrics", absl::Seconds(5));
+  EXPECT_TRUE(body.ok()) << body.status();
+  for (int fd : slow_clients) close(fd);
 }
 
 TEST_F(MetricsScrapeTest, AnEmptyAddressTurnsMetricsOff) {
