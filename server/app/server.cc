@@ -39,6 +39,10 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model_poll_interval_ms: expected >= 0 (0 = off), got ", options.model_poll_interval_ms));
   }
+  if (options.max_queued_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queued_bytes: expected >= 0 (0 = no limit), got ", options.max_queued_bytes));
+  }
   // gRPC takes both as int milliseconds.
   constexpr int64_t kMaxAgeMs = 2147483647;
   if (options.max_connection_age_ms < 0 || options.max_connection_age_ms > kMaxAgeMs) {
@@ -187,7 +191,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   server->runner_ = std::make_unique<BatchRunner>(options.runner, batching::RealClock::Default(),
                                                   BatchMetricsListener(server->metrics_.get()));
   server->scheduler_ = std::make_unique<AttendScheduler>(
-      batching::SharedBatchSchedulerOptions{.num_batch_threads = options.num_batch_threads});
+      batching::SharedBatchSchedulerOptions{.num_batch_threads = options.num_batch_threads,
+                                            .max_queued_bytes = options.max_queued_bytes});
   server->lifecycle_ = std::make_unique<ModelLifecycle>(
       *std::move(repository), server->scheduler_.get(), server->runner_.get(), &server->router_,
       ModelLifecycleOptions{.default_limits = options.model_limits,

@@ -70,6 +70,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "Default most queued requests per model before RESOURCE_EXHAUSTED")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--max-queued-bytes", options.max_queued_bytes,
+                 "Most bytes of request inputs queued in all models together before "
+                 "RESOURCE_EXHAUSTED (0 = no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--batch-threads", options.num_batch_threads,
                  "Threads forming and running batches, shared by every model (0 = one per "
                  "compute thread)")

@@ -31,6 +31,9 @@ struct ServerOptions {
   // Batch threads shared by every model (the shared batch scheduler); 0 = one per compute thread,
   // so that under load every compute thread has a batch.
   int num_batch_threads = 0;
+  // The most bytes of request inputs (query, memory, masks) queued in all models' queues
+  // together; a request that would pass it gets RESOURCE_EXHAUSTED at once. 0 = no limit.
+  int64_t max_queued_bytes = int64_t{512} << 20;
   BatchRunnerOptions runner;
   // Largest request or response message, in bytes (gRPC's default of 4 MiB is one [2048, 512]
   // float32 tensor).

@@ -27,11 +27,13 @@
 // Task requirements (Task is the caller's type; queues own tasks through unique_ptr):
 //   int64_t sequences() const;              // >= 1: counted against max_batch_sequences.
 //   int64_t tokens() const;                 // >= 1: counted against max_batch_tokens.
+//   int64_t bytes() const;                  // >= 0: memory it holds while queued, counted
+//                                           // against the scheduler's max_queued_bytes.
 //   const std::string& batch_key() const;   // Tasks with different keys never share a batch.
 //   absl::Status CheckAdmissible(int64_t now_us) const;
 //       // Non-OK (deadline passed, cancelled, ...) drops the task before compute with that
 //       // status. `now_us` is the scheduler's Clock time.
-// All four must return the same values for as long as the task is queued, except
+// All five must return the same values for as long as the task is queued, except
 // CheckAdmissible, which may turn non-OK at any time. They are called with the scheduler's lock
 // held (CheckAdmissible on every queued task of a queue each time a batch of it is formed), so
 // they must be cheap and must not call back into the scheduler or a queue.
@@ -90,6 +92,10 @@ struct SharedBatchSchedulerOptions {
   int num_batch_threads = 1;
   // The name of each batch thread as top and /proc show it (Linux keeps 15 characters).
   std::string thread_name = "attnserve-batch";
+  // The most bytes (the sum of Task::bytes()) queued in all queues together; a task that would
+  // pass it is refused with ResourceExhausted at once. 0 = no limit. Bounds the memory queued
+  // requests hold whatever their count.
+  int64_t max_queued_bytes = 0;
 };
 
 // One model's queue on a SharedBatchScheduler: its tasks, its options and its callbacks.
@@ -113,8 +119,10 @@ class BatchQueue {
   //   InvalidArgument: task or *task is null, sequences() or tokens() is below 1, or the task
   //       alone exceeds max_batch_sequences or max_batch_tokens (the message names the option,
   //       its value and the task's).
-  //   ResourceExhausted: max_queue_size tasks are already queued (named, with its value), after
-  //       any whose CheckAdmissible fails were removed (and handed to drop_task).
+  //   ResourceExhausted: max_queue_size tasks are already queued (named, with its value), or the
+  //       task's bytes would take all queues past the scheduler's max_queued_bytes (named, with
+  //       the bytes queued and the task's), after any of this queue's tasks whose
+  //       CheckAdmissible fails were removed (and handed to drop_task).
   //   Unavailable: Drain has begun.
   absl::Status Schedule(std::unique_ptr<Task>* task) {
     if (task == nullptr || *task == nullptr) {
@@ -157,6 +165,20 @@ class BatchQueue {
                                                          options_.max_queue_size,
                                                          ") tasks are waiting"));
       }
+      const int64_t bytes = t.bytes();
+      if (!scheduler_->BytesFitLocked(bytes)) {
+        const size_t before = purged_.size();
+        RemoveInadmissible(scheduler_->clock_->NowMicros(), &purged_);
+        if (purged_.size() != before) wake = true;
+      }
+      if (!scheduler_->BytesFitLocked(bytes)) {
+        if (wake) scheduler_->cv_.notify_all();
+        return absl::ResourceExhaustedError(
+            absl::StrCat("queued requests are at the server's memory limit: max_queued_bytes (",
+                         scheduler_->max_queued_bytes_, ") with ", scheduler_->queued_bytes_,
+                         " bytes queued, and this request holds ", bytes));
+      }
+      scheduler_->queued_bytes_ += bytes;
       // Batch threads wait for a deadline or a change that can release a batch; only wake them
       // for such a change, so a burst of small tasks does not rescan the queues once per task.
       const bool was_empty = queue_.empty();  // The threads' deadlines did not count this queue.
@@ -268,6 +290,7 @@ class BatchQueue {
     totals.tasks -= 1;
     totals.sequences -= task.sequences();
     totals.tokens -= task.tokens();
+    scheduler_->queued_bytes_ -= task.bytes();
     if (totals.tasks == 0) queued_by_key_.erase(it);
   }
 
@@ -385,7 +408,9 @@ class SharedBatchScheduler {
   // scheduler; it times queue delays and enqueue stamps.
   explicit SharedBatchScheduler(const SharedBatchSchedulerOptions& options,
                                 Clock* clock = RealClock::Default())
-      : clock_(clock), num_batch_threads_(std::max(1, options.num_batch_threads)) {
+      : clock_(clock),
+        num_batch_threads_(std::max(1, options.num_batch_threads)),
+        max_queued_bytes_(std::max<int64_t>(0, options.max_queued_bytes)) {
     threads_.reserve(num_batch_threads_);
     for (int i = 0; i < num_batch_threads_; ++i) {
       threads_.emplace_back([this] { Run(); });
@@ -429,9 +454,21 @@ class SharedBatchScheduler {
   }
 
   int num_batch_threads() const { return num_batch_threads_; }
+  int64_t max_queued_bytes() const { return max_queued_bytes_; }
+  // Bytes (Task::bytes()) queued in all queues now.
+  int64_t QueuedBytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queued_bytes_;
+  }
 
  private:
   friend class BatchQueue<Task>;
+
+  // Whether `bytes` more fit under max_queued_bytes. A task larger than the whole budget never
+  // fits; one that fits alone is admitted into an empty scheduler.
+  bool BytesFitLocked(int64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return max_queued_bytes_ == 0 || queued_bytes_ + bytes <= max_queued_bytes_;
+  }
 
   void RemoveQueueLocked(BatchQueue<Task>* queue) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = std::find(queues_.begin(), queues_.end(), queue);
@@ -475,6 +512,7 @@ class SharedBatchScheduler {
 
   Clock* const clock_;
   const int num_batch_threads_;
+  const int64_t max_queued_bytes_;
   std::vector<std::thread> threads_;
 
   // Guards every queue's state as well as the scheduler's. A std pair (not absl::Mutex) so that
@@ -483,7 +521,8 @@ class SharedBatchScheduler {
   // Signalled when a batch may have become ready, or a queue began draining.
   std::condition_variable cv_;
   std::vector<BatchQueue<Task>*> queues_ ABSL_GUARDED_BY(mu_);  // In the order they were added.
-  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // Where the next round-robin look starts.
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;           // Where the next round-robin look starts.
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Sum of bytes() of every queued task.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -40,6 +40,7 @@ class AttendTask {
   // --- Task requirements of batching::BatchQueue ---
   int64_t sequences() const { return work_.sequences(); }
   int64_t tokens() const { return work_.tokens(); }
+  int64_t bytes() const { return work_.bytes(); }
   // Requests share a batch only when they need the same forward pass: same model version,
   // self/cross attention, causal flag, explicit mask or not, weights or not, and head mask.
   const std::string& batch_key() const { return batch_key_; }

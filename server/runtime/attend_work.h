@@ -53,6 +53,11 @@ struct AttendWork {
   bool warm_up = false;
 
   int64_t sequences() const { return static_cast<int64_t>(query_lengths.size()); }
+  // Memory the request's inputs hold while it waits: query, memory and explicit mask.
+  int64_t bytes() const {
+    return static_cast<int64_t>((query.size() + memory.size()) * sizeof(float) +
+                                explicit_mask.size());
+  }
   int64_t tokens() const {
     return static_cast<int64_t>(query.size()) / model->config.attention.d_model;
   }

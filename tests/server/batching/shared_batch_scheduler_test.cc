@@ -46,12 +46,14 @@ struct TestTask {
   int id = 0;
   int64_t num_sequences = 1;
   int64_t num_tokens = 1;
+  int64_t num_bytes = 0;
   std::string key = "k";
   int64_t deadline_us = kNoDeadline;  // Inadmissible (DeadlineExceeded) from this time on.
   absl::Status admissible;            // Returned by CheckAdmissible when not OK.
 
   int64_t sequences() const { return num_sequences; }
   int64_t tokens() const { return num_tokens; }
+  int64_t bytes() const { return num_bytes; }
   const std::string& batch_key() const { return key; }
   absl::Status CheckAdmissible(int64_t now_us) const {
     if (!admissible.ok()) return admissible;
@@ -745,6 +747,50 @@ TEST(SharedBatchSchedulerSharingTest, DrainingOneQueueLeavesTheOthersServing) {
   ASSERT_TRUE(staying->Schedule(&other).ok());
   ASSERT_TRUE(recorder.WaitForBatches(2));
   EXPECT_THAT(recorder.batch_ids()[1], ElementsAre(4));
+}
+
+// The server-wide byte budget: counted over every queue, refused at once naming the limit, and
+// given back as tasks leave the queues (in a batch, or dropped).
+TEST(SharedBatchSchedulerSharingTest, QueuedBytesAreBoundedAcrossQueues) {
+  FakeClock clock(0);
+  Recorder recorder;
+  TestScheduler scheduler({.num_batch_threads = 1, .max_queued_bytes = 1000}, &clock);
+  EXPECT_EQ(scheduler.max_queued_bytes(), 1000);
+  auto a = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
+                               recorder.DropFn());
+  auto b = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
+                               recorder.DropFn());
+  auto sized = [](int id, int64_t bytes) {
+    auto task = MakeTask(id);
+    task->num_bytes = bytes;
+    return task;
+  };
+  auto first = sized(1, 600);
+  ASSERT_TRUE(a->Schedule(&first).ok());
+  auto doomed = sized(2, 400);
+  doomed->admissible = absl::CancelledError("the caller left");
+  ASSERT_TRUE(b->Schedule(&doomed).ok());  // Exactly at the budget.
+  EXPECT_EQ(scheduler.QueuedBytes(), 1000);
+
+  // Over the budget: refused at once, naming the limit, the bytes queued and the task's.
+  auto over = sized(3, 1);
+  const absl::Status refused = a->Schedule(&over);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), AllOf(HasSubstr("max_queued_bytes (1000)"),
+                                       HasSubstr("1000 bytes queued"), HasSubstr("holds 1")));
+  ASSERT_NE(over, nullptr);  // Still the caller's.
+
+  // In b, the task whose caller left is dropped to make room, and the newcomer admitted.
+  ASSERT_TRUE(b->Schedule(&over).ok());
+  ASSERT_TRUE(recorder.WaitForDrops(1));
+  EXPECT_EQ(recorder.drops()[0].id, 2);
+  EXPECT_EQ(scheduler.QueuedBytes(), 601);
+
+  // Tasks leaving in a batch give their bytes back.
+  a->Drain();
+  EXPECT_EQ(scheduler.QueuedBytes(), 1);
+  b->Drain();
+  EXPECT_EQ(scheduler.QueuedBytes(), 0);
 }
 
 }  // namespace

@@ -115,6 +115,33 @@ TEST_F(BatchingTest, FullQueueIsRefusedAtOnceAndQueuedRequestsStillComplete) {
   }
 }
 
+// The server-wide budget of queued request bytes: a request that would pass it is refused at once
+// naming --max-queued-bytes, whatever the queue's count limit, and the queued ones still complete.
+TEST_F(BatchingTest, QueuedBytesOverTheServersBudgetAreRefusedAtOnce) {
+  server::ServerOptions options = HeldBackOptions(/*max_batch_sequences=*/64);
+  // Room for 3 + 4 rows of 16 floats (448 bytes), not for 2 more rows (128 bytes).
+  options.max_queued_bytes = (3 + 4 + 1) * kSmallWidth * sizeof(float);
+  StartServer(options);
+  AsyncCall first(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 1));
+  AsyncCall second(stub(), MakeRequest(kSmallModel, 4, kSmallWidth, 2));
+  WaitForQueueSize(2);
+
+  v1::AttendResponse response;
+  const grpc::Status refused = Attend(MakeRequest(kSmallModel, 2, kSmallWidth, 3), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("max_queued_bytes (512)"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("448 bytes queued"));
+  // One row still fits.
+  AsyncCall third(stub(), MakeRequest(kSmallModel, 1, kSmallWidth, 4));
+  WaitForQueueSize(3);
+
+  StopServer();  // Draining computes the queued requests.
+  for (AsyncCall* call : {&first, &second, &third}) {
+    ASSERT_TRUE(call->Wait());
+    EXPECT_TRUE(call->status().ok()) << call->status().error_message();
+  }
+}
+
 TEST_F(BatchingTest, RequestPastItsDeadlineIsNotComputed) {
   StartServer(HeldBackOptions(/*max_batch_sequences=*/2, /*max_queue_size=*/1));
   AsyncCall expired(stub(), MakeRequest(kSmallModel, 7, kSmallWidth, 1),
