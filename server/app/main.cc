@@ -6,6 +6,7 @@
 // requests answered) within --shutdown-grace-s and exits 0. Exit 1 when it cannot start.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,6 +34,21 @@ void EnsureOpenMpWaitPolicy(char** argv) {
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   setenv("GOMP_SPINCOUNT", "1000", 1);
   execv("/proc/self/exe", argv);  // Returns only on failure: then run with libgomp's defaults.
+}
+
+// Raises the soft limit on open files to the hard limit, and says so: every connection is a file
+// descriptor, and when accept() meets EMFILE gRPC 1.51's listener stops accepting for good
+// (grpc/grpc#20418), so the default soft limit of 1024 is a cheap way to take the server down.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    spdlog::info("open-file limit raised from {} to {} (the hard limit)", before, limit.rlim_max);
+  } else {
+    spdlog::warn("open-file limit stays {}: cannot raise it to {}", before, limit.rlim_max);
+  }
 }
 
 }  // namespace
@@ -63,6 +79,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  RaiseOpenFileLimit();
   absl::StatusOr<std::unique_ptr<attnserve::server::Server>> server =
       attnserve::server::Server::Start(flags.server);
   if (!server.ok()) {

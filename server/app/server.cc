@@ -50,6 +50,24 @@ absl::Status ValidateOptions(const ServerOptions& options) {
                                                    " (0 = unlimited), got ",
                                                    options.max_connection_age_ms));
   }
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"max_connection_idle_ms", options.max_connection_idle_ms},
+        {"keepalive_time_ms", options.keepalive_time_ms},
+        {"keepalive_timeout_ms", options.keepalive_timeout_ms}}) {
+    if (value < 0 || value > kMaxAgeMs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": expected 0..", kMaxAgeMs, ", got ", value));
+    }
+  }
+  if (options.keepalive_time_ms < 1000 || options.keepalive_timeout_ms < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keepalive_time_ms: expected >= 1000 and keepalive_timeout_ms >= 1, got ",
+                     options.keepalive_time_ms, " and ", options.keepalive_timeout_ms));
+  }
+  if (options.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_concurrent_streams: expected >= 1, got ",
+                                                   options.max_concurrent_streams));
+  }
   if (options.max_connection_age_grace_ms < 0 || options.max_connection_age_grace_ms > kMaxAgeMs) {
     return absl::InvalidArgumentError(absl::StrCat("max_connection_age_grace_ms: expected 0..",
                                                    kMaxAgeMs, ", got ",
@@ -209,6 +227,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // Connections that cannot be abused: idle ones close, silent ones are pinged (and clients may
+  // ping no more often than once a minute while idle), streams per connection are capped.
+  if (options.max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(options.max_connection_idle_ms));
+  }
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(options.keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 60000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   if (options.max_connection_age_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                                static_cast<int>(options.max_connection_age_ms));

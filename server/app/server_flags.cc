@@ -113,6 +113,23 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "After that GOAWAY, seconds that calls already open may still run")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  app.add_option("--max-connection-idle-s", flags.max_connection_idle_s,
+                 "Seconds a connection with no open call may stay open before it is closed "
+                 "(GOAWAY; clients reconnect on their next call; 0 = never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--keepalive-time-s", flags.keepalive_time_s,
+                 "Seconds of silence after which the server pings a connection")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--keepalive-timeout-s", flags.keepalive_timeout_s,
+                 "Seconds to wait for that ping's answer before closing the connection")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-concurrent-streams", flags.server.max_concurrent_streams,
+                 "Most calls open at once on one client connection (HTTP/2 streams)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--log-level", flags.log_level,
                  "trace, debug (one line per request), info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -135,6 +152,12 @@ void FinishServerFlags(ServerFlags& flags) {
       static_cast<int64_t>(std::llround(flags.max_connection_age_s * 1000.0));
   flags.server.max_connection_age_grace_ms =
       static_cast<int64_t>(std::llround(flags.max_connection_age_grace_s * 1000.0));
+  flags.server.max_connection_idle_ms =
+      static_cast<int64_t>(std::llround(flags.max_connection_idle_s * 1000.0));
+  flags.server.keepalive_time_ms =
+      static_cast<int64_t>(std::llround(flags.keepalive_time_s * 1000.0));
+  flags.server.keepalive_timeout_ms =
+      static_cast<int64_t>(std::llround(flags.keepalive_timeout_s * 1000.0));
 }
 
 }  // namespace attnserve::server

@@ -45,6 +45,17 @@ struct ServerOptions {
   // After that GOAWAY, how long calls already open on the connection may still run before it is
   // closed. Used only when max_connection_age_ms > 0.
   int64_t max_connection_age_grace_ms = 30000;
+  // A connection with no call open for this long is closed (GOAWAY), so clients that connect and
+  // go quiet (or never start HTTP/2) do not hold file descriptors forever; 0 = never. Clients
+  // reconnect by themselves on their next call.
+  int64_t max_connection_idle_ms = 300000;
+  // The server pings a connection silent for keepalive_time_ms and closes it when no answer comes
+  // within keepalive_timeout_ms, so vanished clients (a cut network) free their connections.
+  int64_t keepalive_time_ms = 60000;
+  int64_t keepalive_timeout_ms = 20000;
+  // The most calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a
+  // client queues the ones past it. >= 1.
+  int max_concurrent_streams = 128;
 };
 
 }  // namespace attnserve::server

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <fstream>
 #include <memory>
@@ -94,6 +95,11 @@ TEST(AttnserveFlagsTest, HelpListsEveryFlagWithItsDefault) {
                            "--shutdown-grace-s",
                            "--max-connection-age-s FLOAT:FLOAT in [0 - 86400]=0",
                            "--max-connection-age-grace-s",
+                           "--max-connection-idle-s FLOAT:FLOAT in [0 - 86400]=300",
+                           "--keepalive-time-s",
+                           "--keepalive-timeout-s",
+                           "--max-concurrent-streams",
+                           "--max-queued-bytes",
                            "--log-level",
                            "--log-format",
                            "(Env:ATTNSERVE_GRPC_ADDRESS)",
@@ -133,6 +139,28 @@ TEST_F(AttnserveBinaryTest, StartupSummaryDescribesTheDemoModelAndTheMachine) {
   EXPECT_THAT(output, HasSubstr("max_batch_sequences=64"));
   EXPECT_THAT(output, HasSubstr("oneDNN 2."));
   EXPECT_THAT(output, HasSubstr("1 compute thread(s) shared by all batches"));
+  // No repository folder: the summary says the embedded demo serves for want of one.
+  EXPECT_THAT(output, HasSubstr("1 model(s) serving: no repository folder"));
+  EXPECT_THAT(output, HasSubstr("; the embedded demo model"));
+  EXPECT_THAT(output, HasSubstr("batch thread(s) shared by all models"));
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
+// Every connection is a file descriptor: a soft limit below the hard one is raised at start, and
+// the log says so (the child inherits this test's lowered soft limit).
+TEST_F(AttnserveBinaryTest, ALowOpenFileLimitIsRaisedToTheHardLimitAndLogged) {
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max <= 256) GTEST_SKIP() << "the hard limit leaves nothing to raise";
+  rlimit lowered = original;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  std::unique_ptr<ChildProcess> server = StartServer({});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
+  ASSERT_NE(server, nullptr);
+  EXPECT_THAT(server->Output(),
+              HasSubstr(absl::StrCat("open-file limit raised from 256 to ", original.rlim_max)));
   server->Signal(SIGTERM);
   EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
 }
