@@ -62,7 +62,8 @@ std::string ServiceConfigJson(const ClientOptions& options) {
                     ConfigSeconds(options.initial_backoff), "\", \"maxBackoff\": \"",
                     ConfigSeconds(options.max_backoff),
                     "\", \"backoffMultiplier\": ", options.backoff_multiplier,
-                    ", \"retryableStatusCodes\": [\"UNAVAILABLE\", \"RESOURCE_EXHAUSTED\"]}}]");
+                    ", \"retryableStatusCodes\": [\"UNAVAILABLE\", \"RESOURCE_EXHAUSTED\", "
+                    "\"CANCELLED\"]}}]");
   }
   config += "}";
   return config;

@@ -88,6 +88,15 @@ TEST(RetryTest, UnavailableIsRetriedToo) {
   EXPECT_EQ(server.calls(), 2);
 }
 
+// A draining server's gRPC cancels the calls it has not started: another attempt (on another
+// replica, or after the restart) answers them.
+TEST(RetryTest, CancelledByTheServerIsRetried) {
+  ScriptedServer server(/*failures=*/1, grpc::StatusCode::CANCELLED);
+  std::unique_ptr<ac::Client> client = Connect(server.address());
+  EXPECT_TRUE(AttendOnce(*client).ok());
+  EXPECT_EQ(server.calls(), 2);
+}
+
 TEST(RetryTest, RetriesStopAtMaxAttemptsWithTheServersError) {
   ScriptedServer server(/*failures=*/100, grpc::StatusCode::RESOURCE_EXHAUSTED);
   std::unique_ptr<ac::Client> client = Connect(server.address(), {.max_attempts = 3});
