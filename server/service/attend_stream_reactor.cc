@@ -4,6 +4,7 @@
 
 #include "core/util/happens_before.h"
 #include "server/conversion/attnserve_v1/conversion.h"
+#include "server/service/wire_messages.h"
 
 namespace attnserve::server {
 namespace {
@@ -12,6 +13,19 @@ namespace {
 grpc::StatusCode ErrorCodeOf(const v1::AttendResponse& response) {
   return response.has_error() ? static_cast<grpc::StatusCode>(response.error().code())
                               : grpc::StatusCode::OK;
+}
+
+// `response` as bytes to write; an in-band Internal error in its place if it cannot be
+// serialised (over protobuf's 2 GiB), so the message still gets an answer.
+grpc::ByteBuffer Serialized(const v1::AttendResponse& response) {
+  grpc::ByteBuffer bytes;
+  absl::Status status = SerializeWireMessage(response, &bytes);
+  if (!status.ok()) {
+    v1::AttendResponse error;
+    FillErrorResponse(response.model(), response.request_id(), status, &error);
+    status = SerializeWireMessage(error, &bytes);
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -43,39 +57,50 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
-    RequestMeter meter = submitter_->StartMeter(metrics::Method::kAttendStream, request_.model());
-    absl::Status scheduled = submitter_->Submit(
-        request_, context_,
-        [this, meter](const AttendWork& work, absl::StatusOr<AttendResult> result) mutable {
-          auto response = std::make_unique<v1::AttendResponse>();
-          absl::Status filled =
-              result.ok() ? FillAttendResponse(work, *result, response.get()) : result.status();
-          if (!filled.ok()) {
-            LogFailure(work.model->name, work.request_id, filled);
-            FillErrorResponse(work.model->name, work.request_id, filled, response.get());
-          }
-          meter.Record(ErrorCodeOf(*response));
-          OnAnswer(std::move(response));
-        });
-    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Status parsed = ParseWireMessage(request_, "message", &message_);
+    // An unparseable message names no model: it counts under the unknown model's series.
+    RequestMeter meter = submitter_->StartMeter(
+        metrics::Method::kAttendStream, parsed.ok() ? message_.model() : metrics::kUnknownModel);
+    absl::Status scheduled =
+        !parsed.ok()
+            ? parsed
+            : submitter_->Submit(
+                  message_, context_,
+                  [this, meter](const AttendWork& work,
+                                absl::StatusOr<AttendResult> result) mutable {
+                    v1::AttendResponse response;
+                    absl::Status filled = result.ok() ? FillAttendResponse(work, *result, &response)
+                                                      : result.status();
+                    if (!filled.ok()) {
+                      LogFailure(work.model->name, work.request_id, filled);
+                      FillErrorResponse(work.model->name, work.request_id, filled, &response);
+                    }
+                    meter.Record(ErrorCodeOf(response));
+                    OnAnswer(response);
+                  });
+    grpc::ByteBuffer refusal;
     if (!scheduled.ok()) {
       // Still counted in in_flight_ until its error answer is written.
-      auto response = std::make_unique<v1::AttendResponse>();
-      FillErrorResponse(request_.model(), request_.request_id(), scheduled, response.get());
-      meter.Record(ErrorCodeOf(*response));
-      EnqueueLocked(std::move(response), &actions);
+      v1::AttendResponse response;
+      FillErrorResponse(parsed.ok() ? message_.model() : "",
+                        parsed.ok() ? message_.request_id() : "", scheduled, &response);
+      meter.Record(ErrorCodeOf(response));
+      refusal = Serialized(response);
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!scheduled.ok()) EnqueueLocked(std::move(refusal), &actions);
     reading_ = false;
     DecideLocked(&actions);
   }
   Perform(actions);
 }
 
-void AttendStreamReactor::OnAnswer(std::unique_ptr<v1::AttendResponse> response) {
+void AttendStreamReactor::OnAnswer(const v1::AttendResponse& response) {
+  grpc::ByteBuffer answer = Serialized(response);  // Outside the lock.
   Actions actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    EnqueueLocked(std::move(response), &actions);
+    EnqueueLocked(std::move(answer), &actions);
     DecideLocked(&actions);
   }
   Perform(actions);
@@ -121,13 +146,12 @@ void AttendStreamReactor::FinishDrained() {
   Finish(grpc::Status::OK);
 }
 
-void AttendStreamReactor::EnqueueLocked(std::unique_ptr<v1::AttendResponse> response,
-                                        Actions* actions) {
+void AttendStreamReactor::EnqueueLocked(grpc::ByteBuffer answer, Actions* actions) {
   if (write_failed_ || finished_) {
     --in_flight_;  // Dropped: nobody will read it.
     return;
   }
-  pending_.push_back(std::move(response));
+  pending_.push_back(std::move(answer));
   DecideLocked(actions);
 }
 
@@ -139,7 +163,7 @@ void AttendStreamReactor::DecideLocked(Actions* actions) {
   }
   if (!writing_ && !pending_.empty()) {
     writing_ = true;
-    actions->write = pending_.front().get();
+    actions->write = &pending_.front();
   }
   // After a failed write no read is started (above), so once the outstanding read is done no
   // message can come: a client that left while reading was paused must not leave the stream open.

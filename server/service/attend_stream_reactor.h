@@ -1,7 +1,7 @@
 // AttendStreamReactor: one AttendStream call. Each message read is scheduled like a unary Attend;
 // answers are written as they come back, so they may be out of order (request_id tells them
-// apart). A message that fails validation or scheduling is answered with AttendResponse.error and
-// the stream goes on.
+// apart). A message that fails validation or scheduling, or that protobuf cannot parse (messages
+// travel as raw bytes, parsed here), is answered with AttendResponse.error and the stream goes on.
 //
 // Flow control: one read and one write are outstanding at a time, and at most
 // kMaxInFlightPerStream messages are in flight (read but their answer not yet written: being
@@ -29,7 +29,7 @@
 namespace attnserve::server {
 
 class AttendStreamReactor final
-    : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>,
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public DrainableStream {
  public:
   static constexpr int kMaxInFlightPerStream = 256;
@@ -51,22 +51,22 @@ class AttendStreamReactor final
   // What to do after releasing mu_.
   struct Actions {
     bool read = false;
-    const v1::AttendResponse* write = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     bool finish = false;
   };
 
   // Called on a batcher thread with the answer to one message.
-  void OnAnswer(std::unique_ptr<v1::AttendResponse> response);
+  void OnAnswer(const v1::AttendResponse& response);
   // Queues `response` for writing; decides the next actions.
-  void EnqueueLocked(std::unique_ptr<v1::AttendResponse> response, Actions* actions)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueLocked(grpc::ByteBuffer answer, Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DecideLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Perform(const Actions& actions);
 
   AttendSubmitter* const submitter_;
   StreamRegistry* const streams_;
   grpc::CallbackServerContext* const context_;
-  v1::AttendRequest request_;  // The read buffer; only touched between StartRead and OnReadDone.
+  grpc::ByteBuffer request_;   // The read buffer; only touched between StartRead and OnReadDone.
+  v1::AttendRequest message_;  // request_ parsed; only touched in OnReadDone.
 
   std::mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
@@ -76,7 +76,7 @@ class AttendStreamReactor final
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // Messages read whose answer is not yet written or dropped (computing, or in pending_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::unique_ptr<v1::AttendResponse>> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);  // Serialised answers to write.
 };
 
 }  // namespace attnserve::server

@@ -12,6 +12,7 @@
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/grpc_status.h"
 #include "server/service/attend_stream_reactor.h"
+#include "server/service/wire_messages.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -26,11 +27,22 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
   UnaryReactor(OpenCalls* open_calls, RequestMeter meter) : open_calls_(open_calls), meter_(meter) {
     open_calls_->Add();
   }
+  // Before FinishCall: the meter, when it can only start once the request is parsed.
+  void set_meter(RequestMeter meter) { meter_ = meter; }
+
+  // For Attend, whose messages travel as bytes: the parsed request, and the response that
+  // FinishCall serialises into `wire_response` (gRPC's, alive until OnDone) when the call is OK.
+  v1::AttendRequest& request() { return request_; }
+  v1::AttendResponse& response() { return response_; }
+  void set_wire_response(grpc::ByteBuffer* wire_response) { wire_response_ = wire_response; }
 
   // Call exactly once, from any thread. Before the handler has returned the reactor to gRPC,
   // gRPC only records the status (OnDone cannot run yet); after, the reactor may be gone when
   // this returns.
-  void FinishCall(const grpc::Status& status) {
+  void FinishCall(grpc::Status status) {
+    if (status.ok() && wire_response_ != nullptr) {
+      status = ToGrpcStatus(SerializeWireMessage(response_, wire_response_));
+    }
     meter_.Record(status.error_code());
     HandOff(this);
     Finish(status);
@@ -45,6 +57,9 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
  private:
   OpenCalls* const open_calls_;
   RequestMeter meter_;
+  v1::AttendRequest request_;
+  v1::AttendResponse response_;
+  grpc::ByteBuffer* wire_response_ = nullptr;
 };
 
 grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
@@ -63,13 +78,22 @@ AttentionService::AttentionService(const ModelRouter* router, batching::Clock* c
 AttentionService::~AttentionService() = default;
 
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
-                                                   const v1::AttendRequest* request,
-                                                   v1::AttendResponse* response) {
-  auto* reactor = new UnaryReactor(
-      &open_calls_, submitter_.StartMeter(metrics::Method::kAttend, request->model()));
+                                                   const grpc::ByteBuffer* request_bytes,
+                                                   grpc::ByteBuffer* response_bytes) {
+  auto* reactor = new UnaryReactor(&open_calls_, RequestMeter());
+  const absl::Status parsed = ParseWireMessage(*request_bytes, "request", &reactor->request());
+  if (!parsed.ok()) {
+    // No model to count it under: the unknown model's series.
+    reactor->set_meter(submitter_.StartMeter(metrics::Method::kAttend, metrics::kUnknownModel));
+    spdlog::debug("Attend rejected: {}", parsed.ToString());
+    reactor->FinishCall(ToGrpcStatus(parsed));
+    return reactor;
+  }
+  const v1::AttendRequest& request = reactor->request();
+  reactor->set_meter(submitter_.StartMeter(metrics::Method::kAttend, request.model()));
+  reactor->set_wire_response(response_bytes);
   absl::Status scheduled = submitter_.Submit(
-      *request, context,
-      [reactor, response](const AttendWork& work, absl::StatusOr<AttendResult> result) {
+      request, context, [reactor](const AttendWork& work, absl::StatusOr<AttendResult> result) {
         if (!result.ok()) {
           LogFailure(work.model->name, work.request_id, result.status());
           reactor->FinishCall(ToGrpcStatus(result.status()));
@@ -80,17 +104,17 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
             "compute_us={} batch_sequences={}",
             work.model->name, work.request_id, work.sequences(), work.tokens(),
             result->timing.queue_us, result->timing.compute_us, result->timing.batch_sequences);
-        reactor->FinishCall(ToGrpcStatus(FillAttendResponse(work, *result, response)));
+        reactor->FinishCall(ToGrpcStatus(FillAttendResponse(work, *result, &reactor->response())));
       });
   if (!scheduled.ok()) {
-    spdlog::debug("Attend model={} request_id={} rejected: {}", EchoForMessage(request->model()),
-                  EchoForMessage(request->request_id()), scheduled.ToString());
+    spdlog::debug("Attend model={} request_id={} rejected: {}", EchoForMessage(request.model()),
+                  EchoForMessage(request.request_id()), scheduled.ToString());
     reactor->FinishCall(ToGrpcStatus(scheduled));
   }
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttentionService::AttendStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::AttendStream(
     grpc::CallbackServerContext* context) {
   return new AttendStreamReactor(&submitter_, &streams_, context);
 }

@@ -20,7 +20,14 @@
 
 namespace attnserve::server {
 
-class AttentionService final : public v1::AttentionService::CallbackService {
+// Attend and AttendStream take raw bytes (parsed in wire_messages.h, so an unparseable message
+// is answered, not dropped by gRPC); ListModels and GetModel stay typed.
+using AttentionServiceBase = v1::AttentionService::WithRawCallbackMethod_Attend<
+    v1::AttentionService::WithRawCallbackMethod_AttendStream<
+        v1::AttentionService::WithCallbackMethod_ListModels<
+            v1::AttentionService::WithCallbackMethod_GetModel<v1::AttentionService::Service>>>>;
+
+class AttentionService final : public AttentionServiceBase {
  public:
   // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
   // `metrics` (not owned; null = none) must outlive the service.
@@ -30,9 +37,9 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   ~AttentionService() override;
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
-                                   const v1::AttendRequest* request,
-                                   v1::AttendResponse* response) override;
-  grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttendStream(
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttendStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const v1::ListModelsRequest* request,

@@ -1,0 +1,43 @@
+#include "server/service/wire_messages.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::server {
+
+absl::Status ParseWireMessage(const grpc::ByteBuffer& bytes, std::string_view what,
+                              google::protobuf::Message* message) {
+  message->Clear();
+  // The reader consumes its buffer; a copy shares the slices (no bytes are copied).
+  grpc::ByteBuffer copy(bytes);
+  grpc::ProtoBufferReader reader(&copy);
+  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(absl::StrCat(absl::string_view(what.data(), what.size()),
+                                                   ": expected a serialised ",
+                                                   message->GetTypeName(), ", got ", bytes.Length(),
+                                                   " bytes that protobuf cannot parse as one"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SerializeWireMessage(const google::protobuf::Message& message,
+                                  grpc::ByteBuffer* bytes) {
+  const size_t size = message.ByteSizeLong();
+  if (size > static_cast<size_t>(INT32_MAX)) {
+    return absl::InternalError(
+        absl::StrCat("response of ", size, " bytes is over protobuf's 2 GiB limit"));
+  }
+  bytes->Clear();
+  grpc::ProtoBufferWriter writer(bytes, grpc::kProtoBufferWriterMaxBufferLength,
+                                 static_cast<int>(size));
+  if (!message.SerializeToZeroCopyStream(&writer)) {
+    return absl::InternalError(absl::StrCat("cannot serialise a ", message.GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::server
