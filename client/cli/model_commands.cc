@@ -64,7 +64,8 @@ absl::Status InfoCommand(client::Client& client, const std::string& model, std::
               {"max_batch_sequences:", absl::StrCat(info->batching.max_batch_sequences)},
               {"max_batch_tokens:", absl::StrCat(info->batching.max_batch_tokens)},
               {"max_queue_delay_us:", absl::StrCat(info->batching.max_queue_delay_us)},
-              {"max_queue_size:", absl::StrCat(info->batching.max_queue_size)}},
+              {"max_queue_size:", absl::StrCat(info->batching.max_queue_size)},
+              {"max_queued_bytes:", absl::StrCat(info->batching.max_queued_bytes)}},
              out);
   return absl::OkStatus();
 }

@@ -52,11 +52,14 @@ absl::Status ParseBatching(const json& object, BatchingOverrides& out) {
       min = 0;
     } else if (key == "max_queue_size") {
       field = &out.max_queue_size;
+    } else if (key == "max_queued_bytes") {
+      field = &out.max_queued_bytes;
+      min = 0;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown key \"", path,
-                       "\"; expected max_batch_sequences, max_batch_tokens, max_queue_delay_us or "
-                       "max_queue_size"));
+                       "\"; expected max_batch_sequences, max_batch_tokens, max_queue_delay_us, "
+                       "max_queue_size or max_queued_bytes"));
     }
     absl::StatusOr<int64_t> v = ReadInteger(path, value, min);
     if (!v.ok()) return v.status();
@@ -139,6 +142,7 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   if (b.max_batch_tokens) batching["max_batch_tokens"] = *b.max_batch_tokens;
   if (b.max_queue_delay_us) batching["max_queue_delay_us"] = *b.max_queue_delay_us;
   if (b.max_queue_size) batching["max_queue_size"] = *b.max_queue_size;
+  if (b.max_queued_bytes) batching["max_queued_bytes"] = *b.max_queued_bytes;
   if (!batching.empty()) root["batching"] = batching;
   return root.dump(2) + "\n";
 }

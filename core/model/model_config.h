@@ -3,7 +3,8 @@
 //   {"d_model": 512, "num_heads": 8, "variant": "multi_head", "bias": true, "dtype": "fp32",
 //    "max_sequence_length": 4096,
 //    "batching": {"max_batch_sequences": 64, "max_batch_tokens": 8192,
-//                 "max_queue_delay_us": 1000, "max_queue_size": 1024}}
+//                 "max_queue_delay_us": 1000, "max_queue_size": 1024,
+//                 "max_queued_bytes": 268435456}}
 //
 // Required: d_model, num_heads. Defaults: variant "multi_head", bias false, dtype "fp32" (the
 // compute type; the weights file may hold F32, F16 or BF16). max_sequence_length and every
@@ -23,12 +24,13 @@
 namespace attnserve::model {
 
 // Per-model overrides of the server's batching options; unset = the server's default. Every set
-// value is ≥ 1 (max_queue_delay_us ≥ 0).
+// value is ≥ 1 (max_queue_delay_us and max_queued_bytes ≥ 0).
 struct BatchingOverrides {
   std::optional<int64_t> max_batch_sequences;
   std::optional<int64_t> max_batch_tokens;
   std::optional<int64_t> max_queue_delay_us;
   std::optional<int64_t> max_queue_size;
+  std::optional<int64_t> max_queued_bytes;
 
   bool operator==(const BatchingOverrides&) const = default;
 };

@@ -70,6 +70,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "Default most queued requests per model before RESOURCE_EXHAUSTED")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--max-queued-bytes-per-model", batching.max_queued_bytes,
+                 "Default most bytes of request inputs queued per model before "
+                 "RESOURCE_EXHAUSTED (0 = only --max-queued-bytes applies)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--max-queued-bytes", options.max_queued_bytes,
                  "Most bytes of request inputs queued in all models together before "
                  "RESOURCE_EXHAUSTED (0 = no limit)")

@@ -19,6 +19,7 @@ absl::Status ValidateBatchingOptions(const BatchingOptions& options) {
            CheckAtLeast("max_batch_tokens", 1, options.max_batch_tokens),
            CheckAtLeast("max_queue_delay_us", 0, options.max_queue_delay_us),
            CheckAtLeast("max_queue_size", 1, options.max_queue_size),
+           CheckAtLeast("max_queued_bytes", 0, options.max_queued_bytes),
        }) {
     if (!status.ok()) return status;
   }

@@ -28,6 +28,11 @@ struct BatchingOptions {
   // The most tasks (not sequences) waiting to join a batch. >= 1. Schedule refuses more with
   // ResourceExhausted at once rather than let latency grow without bound.
   int64_t max_queue_size = 1024;
+  // The most bytes (the sum of Task::bytes(): for a request, its inputs) waiting in this queue.
+  // >= 0; 0 = no limit but the scheduler's. Schedule refuses more with ResourceExhausted at once.
+  // Lower than the server-wide budget (SharedBatchSchedulerOptions::max_queued_bytes) so one
+  // model under a flood of large requests cannot take all of it from the others.
+  int64_t max_queued_bytes = int64_t{256} << 20;
 };
 
 // OK, or InvalidArgument naming the first bad field, what it expects and what it got.

@@ -120,9 +120,10 @@ class BatchQueue {
   //       alone exceeds max_batch_sequences or max_batch_tokens (the message names the option,
   //       its value and the task's).
   //   ResourceExhausted: max_queue_size tasks are already queued (named, with its value), or the
-  //       task's bytes would take all queues past the scheduler's max_queued_bytes (named, with
-  //       the bytes queued and the task's), after any of this queue's tasks whose
-  //       CheckAdmissible fails were removed (and handed to drop_task).
+  //       task's bytes would take this queue past its max_queued_bytes or all queues past the
+  //       scheduler's max_queued_bytes (named, with the bytes queued and the task's), after any
+  //       of this queue's tasks whose CheckAdmissible fails were removed (and handed to
+  //       drop_task).
   //   Unavailable: Drain has begun.
   absl::Status Schedule(std::unique_ptr<Task>* task) {
     if (task == nullptr || *task == nullptr) {
@@ -166,10 +167,16 @@ class BatchQueue {
                                                          ") tasks are waiting"));
       }
       const int64_t bytes = t.bytes();
-      if (!scheduler_->BytesFitLocked(bytes)) {
+      if (!BytesFitLocked(bytes) || !scheduler_->BytesFitLocked(bytes)) {
         const size_t before = purged_.size();
         RemoveInadmissible(scheduler_->clock_->NowMicros(), &purged_);
         if (purged_.size() != before) wake = true;
+      }
+      if (!BytesFitLocked(bytes)) {
+        if (wake) scheduler_->cv_.notify_all();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "batch queue is at its memory limit: max_queued_bytes (", options_.max_queued_bytes,
+            ") with ", queued_bytes_, " bytes queued, and this request holds ", bytes));
       }
       if (!scheduler_->BytesFitLocked(bytes)) {
         if (wake) scheduler_->cv_.notify_all();
@@ -178,6 +185,7 @@ class BatchQueue {
                          scheduler_->max_queued_bytes_, ") with ", scheduler_->queued_bytes_,
                          " bytes queued, and this request holds ", bytes));
       }
+      queued_bytes_ += bytes;
       scheduler_->queued_bytes_ += bytes;
       // Batch threads wait for a deadline or a change that can release a batch; only wake them
       // for such a change, so a burst of small tasks does not rescan the queues once per task.
@@ -216,6 +224,12 @@ class BatchQueue {
   int64_t QueueSize() const {
     std::lock_guard<std::mutex> lock(mu());
     return static_cast<int64_t>(queue_.size());
+  }
+
+  // Bytes (Task::bytes()) of the tasks QueueSize counts.
+  int64_t QueuedBytes() const {
+    std::lock_guard<std::mutex> lock(mu());
+    return queued_bytes_;
   }
 
   // Stops accepting tasks (Schedule returns Unavailable from now on), has every queued task run
@@ -280,6 +294,12 @@ class BatchQueue {
            totals.tokens >= options_.max_batch_tokens;
   }
 
+  // Whether `bytes` more fit under options_.max_queued_bytes (0: no limit). As for the
+  // scheduler's budget, a task larger than the whole limit never fits.
+  bool BytesFitLocked(int64_t bytes) const {
+    return options_.max_queued_bytes == 0 || queued_bytes_ + bytes <= options_.max_queued_bytes;
+  }
+
   bool IsDrainedLocked() const {
     return draining_ && queue_.empty() && purged_.empty() && in_process_ == 0;
   }
@@ -290,6 +310,7 @@ class BatchQueue {
     totals.tasks -= 1;
     totals.sequences -= task.sequences();
     totals.tokens -= task.tokens();
+    queued_bytes_ -= task.bytes();
     scheduler_->queued_bytes_ -= task.bytes();
     if (totals.tasks == 0) queued_by_key_.erase(it);
   }
@@ -393,6 +414,7 @@ class BatchQueue {
   std::deque<Queued> queue_;  // Arrival order.
   absl::flat_hash_map<std::string, KeyTotals> queued_by_key_;
   uint64_t scan_count_ = 0;
+  int64_t queued_bytes_ = 0;  // Sum of bytes() of queue_'s tasks.
   // Inadmissible tasks Schedule removed from a full queue, for a batch thread to hand to
   // drop_task (callbacks never run on the caller's thread).
   std::vector<DroppedTask> purged_;

@@ -13,6 +13,7 @@ ModelLimits ApplyModelConfig(const ModelLimits& defaults, const model::ModelConf
   batching.max_batch_tokens = overrides.max_batch_tokens.value_or(batching.max_batch_tokens);
   batching.max_queue_delay_us = overrides.max_queue_delay_us.value_or(batching.max_queue_delay_us);
   batching.max_queue_size = overrides.max_queue_size.value_or(batching.max_queue_size);
+  batching.max_queued_bytes = overrides.max_queued_bytes.value_or(batching.max_queued_bytes);
   limits.request.max_sequence_length =
       config.max_sequence_length.value_or(limits.request.max_sequence_length);
   return limits;

@@ -17,7 +17,7 @@ TEST(ModelConfigTest, ParsesEveryKey) {
     "d_model": 768, "num_heads": 12, "variant": "multi_head", "bias": true, "dtype": "fp32",
     "max_sequence_length": 2048,
     "batching": {"max_batch_sequences": 32, "max_batch_tokens": 4096,
-                 "max_queue_delay_us": 0, "max_queue_size": 100}})");
+                 "max_queue_delay_us": 0, "max_queue_size": 100, "max_queued_bytes": 0}})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->attention.d_model, 768);
   EXPECT_EQ(c->attention.num_heads, 12);
@@ -28,6 +28,7 @@ TEST(ModelConfigTest, ParsesEveryKey) {
   EXPECT_EQ(c->batching.max_batch_tokens, 4096);
   EXPECT_EQ(c->batching.max_queue_delay_us, 0);
   EXPECT_EQ(c->batching.max_queue_size, 100);
+  EXPECT_EQ(c->batching.max_queued_bytes, 0);
 }
 
 TEST(ModelConfigTest, OptionalKeysHaveDocumentedDefaults) {
@@ -55,6 +56,7 @@ TEST(ModelConfigTest, JsonRoundTrip) {
   config.max_sequence_length = 512;
   config.batching.max_queue_delay_us = 250;
   config.batching.max_batch_tokens = 1000;
+  config.batching.max_queued_bytes = 1 << 20;
   absl::StatusOr<ModelConfig> back = ParseModelConfig(ModelConfigToJson(config));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->attention.d_model, 96);
@@ -132,6 +134,9 @@ const BadConfig kBadConfigs[] = {
     {"DelayNegative",
      R"({"d_model": 64, "num_heads": 4, "batching": {"max_queue_delay_us": -1}})",
      {"\"batching.max_queue_delay_us\" must be an integer >= 0", "got -1"}},
+    {"QueuedBytesNegative",
+     R"({"d_model": 64, "num_heads": 4, "batching": {"max_queued_bytes": -1}})",
+     {"\"batching.max_queued_bytes\" must be an integer >= 0", "got -1"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, BadConfigTest, ::testing::ValuesIn(kBadConfigs),

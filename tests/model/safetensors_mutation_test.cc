@@ -451,7 +451,8 @@ std::vector<std::string> SeedConfigs() {
   full.batching = {.max_batch_sequences = 64,
                    .max_batch_tokens = 8192,
                    .max_queue_delay_us = 1000,
-                   .max_queue_size = 1024};
+                   .max_queue_size = 1024,
+                   .max_queued_bytes = 1 << 28};
   ModelConfig single;
   single.attention = Config(8, 1, true, false);
   return {ModelConfigToJson(full), ModelConfigToJson(single),

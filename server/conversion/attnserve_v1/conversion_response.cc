@@ -190,6 +190,7 @@ void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is
   batching->set_max_batch_tokens(limits.batching.max_batch_tokens);
   batching->set_max_queue_delay_us(limits.batching.max_queue_delay_us);
   batching->set_max_queue_size(limits.batching.max_queue_size);
+  batching->set_max_queued_bytes(limits.batching.max_queued_bytes);
   info->set_max_sequence_length(limits.request.max_sequence_length);
   info->set_version(model.version);
   info->set_source(model.source);

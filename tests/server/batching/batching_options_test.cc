@@ -22,13 +22,15 @@ TEST(BatchingOptionsTest, DefaultsAreValid) {
   EXPECT_EQ(options.max_batch_tokens, 8192);
   EXPECT_EQ(options.max_queue_delay_us, 0);
   EXPECT_EQ(options.max_queue_size, 1024);
+  EXPECT_EQ(options.max_queued_bytes, 256 << 20);
 }
 
 TEST(BatchingOptionsTest, SmallestValidValuesPass) {
   BatchingOptions options{.max_batch_sequences = 1,
                           .max_batch_tokens = 1,
                           .max_queue_delay_us = 0,
-                          .max_queue_size = 1};
+                          .max_queue_size = 1,
+                          .max_queued_bytes = 0};
   EXPECT_TRUE(ValidateBatchingOptions(options).ok());
 }
 
@@ -47,6 +49,8 @@ TEST(BatchingOptionsTest, EachBadFieldIsNamedWithExpectedAndReceivedValue) {
       {"max_queue_delay_us", [](BatchingOptions& o) { o.max_queue_delay_us = -1; },
        "expected >= 0, got -1"},
       {"max_queue_size", [](BatchingOptions& o) { o.max_queue_size = 0; }, "expected >= 1, got 0"},
+      {"max_queued_bytes", [](BatchingOptions& o) { o.max_queued_bytes = -1; },
+       "expected >= 0, got -1"},
   };
   for (const BadField& bad : cases) {
     SCOPED_TRACE(bad.field);

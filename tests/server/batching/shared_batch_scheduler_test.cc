@@ -797,5 +797,48 @@ TEST(SharedBatchSchedulerSharingTest, QueuedBytesAreBoundedAcrossQueues) {
   EXPECT_EQ(scheduler.QueuedBytes(), 0);
 }
 
+// A queue's own byte limit: one model cannot take the server-wide budget from the others.
+TEST(SharedBatchSchedulerSharingTest, AQueuesBytesAreBoundedByItsOwnLimit) {
+  FakeClock clock(0);
+  Recorder recorder;
+  TestScheduler scheduler({.num_batch_threads = 1, .max_queued_bytes = 10'000}, &clock);
+  auto flooded = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs, .max_queued_bytes = 700},
+                                     recorder.ProcessFn(), recorder.DropFn());
+  auto other = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
+                                   recorder.DropFn());
+  auto sized = [](int id, int64_t bytes) {
+    auto task = MakeTask(id);
+    task->num_bytes = bytes;
+    return task;
+  };
+  auto first = sized(1, 600);
+  ASSERT_TRUE(flooded->Schedule(&first).ok());
+  auto second = sized(2, 200);
+  const absl::Status refused = flooded->Schedule(&second);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("batch queue is at its memory limit: max_queued_bytes (700)"),
+                    HasSubstr("600 bytes queued"), HasSubstr("holds 200")));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(flooded->QueuedBytes(), 600);
+
+  // The other queue still has the rest of the server's budget.
+  ASSERT_TRUE(other->Schedule(&second).ok());
+  EXPECT_EQ(other->QueuedBytes(), 200);
+  EXPECT_EQ(scheduler.QueuedBytes(), 800);
+
+  // Raising the limit (a config reload) admits it; 0 means no per-queue limit.
+  ASSERT_TRUE(
+      flooded->UpdateOptions({.max_queue_delay_us = kLongDelayUs, .max_queued_bytes = 0}).ok());
+  auto big = sized(3, 5'000);
+  ASSERT_TRUE(flooded->Schedule(&big).ok());
+  EXPECT_EQ(flooded->QueuedBytes(), 5'600);
+  flooded->Drain();
+  other->Drain();
+  EXPECT_EQ(scheduler.QueuedBytes(), 0);
+  EXPECT_THAT(recorder.batch_ids(),
+              ::testing::UnorderedElementsAre(ElementsAre(1, 3), ElementsAre(2)));
+}
+
 }  // namespace
 }  // namespace attnserve::batching

@@ -191,7 +191,8 @@ TEST(FillModelInfoTest, DescribesModelAndLimits) {
       .batching = {.max_batch_sequences = 16,
                    .max_batch_tokens = 2048,
                    .max_queue_delay_us = 250,
-                   .max_queue_size = 99},
+                   .max_queue_size = 99,
+                   .max_queued_bytes = 12345},
       .request = {.max_sequence_length = 1024, .max_response_bytes = 1 << 20}};
   v1::ModelInfo info;
   info.set_name("stale");
@@ -207,6 +208,7 @@ TEST(FillModelInfoTest, DescribesModelAndLimits) {
   EXPECT_EQ(info.batching().max_batch_tokens(), 2048);
   EXPECT_EQ(info.batching().max_queue_delay_us(), 250);
   EXPECT_EQ(info.batching().max_queue_size(), 99);
+  EXPECT_EQ(info.batching().max_queued_bytes(), 12345);
   EXPECT_EQ(info.max_sequence_length(), 1024);
   EXPECT_EQ(info.version(), 3);
   EXPECT_EQ(info.source(), "embedded");

@@ -26,6 +26,7 @@ TEST(ModelLimitsTest, AConfigWithoutOverridesKeepsTheDefaults) {
   EXPECT_EQ(applied.batching.max_batch_tokens, 8192);
   EXPECT_EQ(applied.batching.max_queue_delay_us, 0);
   EXPECT_EQ(applied.batching.max_queue_size, 1024);
+  EXPECT_EQ(applied.batching.max_queued_bytes, 256 << 20);
   EXPECT_EQ(applied.request.max_sequence_length, 4096);
   EXPECT_EQ(applied.request.max_response_bytes, 1 << 20);
 }
@@ -45,9 +46,11 @@ TEST(ModelLimitsTest, EachOverrideReplacesItsDefaultOnly) {
 
   config.batching.max_batch_sequences = 2;
   config.batching.max_queue_size = 7;
+  config.batching.max_queued_bytes = 4096;
   const ModelLimits all = ApplyModelConfig(Defaults(), config);
   EXPECT_EQ(all.batching.max_batch_sequences, 2);
   EXPECT_EQ(all.batching.max_queue_size, 7);
+  EXPECT_EQ(all.batching.max_queued_bytes, 4096);
 }
 
 TEST(ModelLimitsTest, ValidationNamesTheBadField) {

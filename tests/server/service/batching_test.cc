@@ -17,6 +17,7 @@
 namespace attnserve::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kLongDelayUs = 60'000'000;
@@ -140,6 +141,28 @@ TEST_F(BatchingTest, QueuedBytesOverTheServersBudgetAreRefusedAtOnce) {
     ASSERT_TRUE(call->Wait());
     EXPECT_TRUE(call->status().ok()) << call->status().error_message();
   }
+}
+
+// The per-model budget (--max-queued-bytes-per-model, or config.json's batching.max_queued_bytes):
+// refused at once naming the model and the limit, well under the server-wide budget.
+TEST_F(BatchingTest, QueuedBytesOverTheModelsBudgetAreRefusedAtOnce) {
+  server::ServerOptions options = HeldBackOptions(/*max_batch_sequences=*/64);
+  // Room for 3 rows of 16 floats (192 bytes), not for 2 more (128 bytes).
+  options.model_limits.batching.max_queued_bytes = (3 + 1) * kSmallWidth * sizeof(float);
+  StartServer(options);
+  AsyncCall first(stub(), MakeRequest(kSmallModel, 3, kSmallWidth, 1));
+  WaitForQueueSize(1);
+
+  v1::AttendResponse response;
+  const grpc::Status refused = Attend(MakeRequest(kSmallModel, 2, kSmallWidth, 2), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              AllOf(HasSubstr(kSmallModel), HasSubstr("max_queued_bytes (256)"),
+                    HasSubstr("192 bytes queued"), HasSubstr("holds 128")));
+
+  StopServer();
+  ASSERT_TRUE(first.Wait());
+  EXPECT_TRUE(first.status().ok()) << first.status().error_message();
 }
 
 TEST_F(BatchingTest, RequestPastItsDeadlineIsNotComputed) {

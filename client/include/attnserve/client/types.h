@@ -74,6 +74,7 @@ struct BatchingLimits {
   int64_t max_batch_tokens = 0;
   int64_t max_queue_delay_us = 0;
   int64_t max_queue_size = 0;
+  int64_t max_queued_bytes = 0;  // 0 = no per-model limit.
 };
 
 struct ModelInfo {
