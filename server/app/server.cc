@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,12 +40,24 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model_poll_interval_ms: expected >= 0 (0 = off), got ", options.model_poll_interval_ms));
   }
+  if (options.max_stream_unsent_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_stream_unsent_bytes: expected >= 1, got ",
+                                                   options.max_stream_unsent_bytes));
+  }
+  if (options.grpc_memory_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grpc_memory_bytes: expected >= 0 (0 = no quota), got ", options.grpc_memory_bytes));
+  }
   if (options.max_queued_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_queued_bytes: expected >= 0 (0 = no limit), got ", options.max_queued_bytes));
   }
   // gRPC takes both as int milliseconds.
   constexpr int64_t kMaxAgeMs = 2147483647;
+  if (options.handshake_timeout_ms < 1 || options.handshake_timeout_ms > kMaxAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat("handshake_timeout_ms: expected 1..", kMaxAgeMs,
+                                                   ", got ", options.handshake_timeout_ms));
+  }
   if (options.max_connection_age_ms < 0 || options.max_connection_age_ms > kMaxAgeMs) {
     return absl::InvalidArgumentError(absl::StrCat("max_connection_age_ms: expected 0..", kMaxAgeMs,
                                                    " (0 = unlimited), got ",
@@ -217,8 +230,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                             .default_model = options.default_model,
                             .poll_interval_ms = options.model_poll_interval_ms},
       server->LifecycleListener());
-  server->service_ = std::make_unique<AttentionService>(
-      &server->router_, batching::RealClock::Default(), server->metrics_.get());
+  server->service_ =
+      std::make_unique<AttentionService>(&server->router_, batching::RealClock::Default(),
+                                         server->metrics_.get(), options.max_stream_unsent_bytes);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -239,6 +253,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                              static_cast<int>(options.keepalive_timeout_ms));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 60000);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(options.handshake_timeout_ms));
+  // Constructed here, the quota is shared with the server's channel args and freed with it.
+  if (options.grpc_memory_bytes > 0) {
+    grpc::ResourceQuota quota("attnserve");
+    quota.Resize(static_cast<size_t>(options.grpc_memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
   if (options.max_connection_age_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                                static_cast<int>(options.max_connection_age_ms));

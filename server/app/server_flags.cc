@@ -135,6 +135,16 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "Most calls open at once on one client connection (HTTP/2 streams)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--max-stream-unsent-bytes", flags.server.max_stream_unsent_bytes,
+                 "Most bytes of answers an AttendStream holds for a client that does not read "
+                 "them; at the limit the server stops reading that stream")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--grpc-memory-bytes", flags.server.grpc_memory_bytes,
+                 "Memory gRPC may use for connection buffers and messages being received (its "
+                 "resource quota; 0 = no quota)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--log-level", flags.log_level,
                  "trace, debug (one line per request), info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))

@@ -56,6 +56,16 @@ struct ServerOptions {
   // The most calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a
   // client queues the ones past it. >= 1.
   int max_concurrent_streams = 128;
+  // The most bytes of answers one AttendStream holds for a client that does not read them
+  // (answers being computed count their payload size); at the limit the server stops reading
+  // that stream until the client catches up. >= 1. A stream holds at most this plus one answer.
+  int64_t max_stream_unsent_bytes = int64_t{64} << 20;
+  // Memory gRPC itself may use for connections (read and write buffers, messages being received),
+  // in bytes: its resource quota. Under pressure gRPC shrinks buffers and refuses new streams
+  // rather than grow. 0 = gRPC's default (no quota).
+  int64_t grpc_memory_bytes = int64_t{1} << 30;
+  // A connection that has not finished its HTTP/2 (and TLS) handshake in this long is closed.
+  int64_t handshake_timeout_ms = 10000;
 };
 
 }  // namespace attnserve::server

@@ -61,6 +61,17 @@ struct AttendWork {
   int64_t tokens() const {
     return static_cast<int64_t>(query.size()) / model->config.attention.d_model;
   }
+  // The float payload of the answer, padded as the request was (output, plus weights when
+  // return_weights): what the answer will hold, known before it is computed. Validation has
+  // bounded it by max_response_bytes, so it does not overflow.
+  int64_t response_bytes() const {
+    const int64_t batch = sequences();
+    const int64_t output = batch * padded_query_length * model->config.attention.d_model;
+    const int64_t weights = return_weights ? batch * model->config.attention.num_heads *
+                                                 padded_query_length * padded_memory_length
+                                           : 0;
+    return (output + weights) * static_cast<int64_t>(sizeof(float));
+  }
 };
 
 // Where the time of one request went, as reported back in AttendResponse.timing.

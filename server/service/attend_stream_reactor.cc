@@ -31,8 +31,12 @@ grpc::ByteBuffer Serialized(const v1::AttendResponse& response) {
 }  // namespace
 
 AttendStreamReactor::AttendStreamReactor(AttendSubmitter* submitter, StreamRegistry* streams,
-                                         grpc::CallbackServerContext* context)
-    : submitter_(submitter), streams_(streams), context_(context) {
+                                         grpc::CallbackServerContext* context,
+                                         int64_t max_unsent_bytes)
+    : submitter_(submitter),
+      streams_(streams),
+      context_(context),
+      max_unsent_bytes_(max_unsent_bytes) {
   streams_->Register(this);
   Actions actions;
   {
@@ -61,6 +65,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
     // An unparseable message names no model: it counts under the unknown model's series.
     RequestMeter meter = submitter_->StartMeter(
         metrics::Method::kAttendStream, parsed.ok() ? message_.model() : metrics::kUnknownModel);
+    int64_t reserved = 0;
     absl::Status scheduled =
         !parsed.ok()
             ? parsed
@@ -76,8 +81,9 @@ void AttendStreamReactor::OnReadDone(bool ok) {
                       FillErrorResponse(work.model->name, work.request_id, filled, &response);
                     }
                     meter.Record(ErrorCodeOf(response));
-                    OnAnswer(response);
-                  });
+                    OnAnswer(response, work.response_bytes());
+                  },
+                  &reserved);
     grpc::ByteBuffer refusal;
     if (!scheduled.ok()) {
       // Still counted in in_flight_ until its error answer is written.
@@ -88,19 +94,23 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       refusal = Serialized(response);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (!scheduled.ok()) EnqueueLocked(std::move(refusal), &actions);
+    if (scheduled.ok()) {
+      unsent_bytes_ += reserved;
+    } else {
+      EnqueueLocked(std::move(refusal), /*reserved_bytes=*/0, &actions);
+    }
     reading_ = false;
     DecideLocked(&actions);
   }
   Perform(actions);
 }
 
-void AttendStreamReactor::OnAnswer(const v1::AttendResponse& response) {
+void AttendStreamReactor::OnAnswer(const v1::AttendResponse& response, int64_t reserved_bytes) {
   grpc::ByteBuffer answer = Serialized(response);  // Outside the lock.
   Actions actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    EnqueueLocked(std::move(answer), &actions);
+    EnqueueLocked(std::move(answer), reserved_bytes, &actions);
     DecideLocked(&actions);
   }
   Perform(actions);
@@ -112,12 +122,16 @@ void AttendStreamReactor::OnWriteDone(bool ok) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
+    unsent_bytes_ -= static_cast<int64_t>(pending_.front().Length());
     pending_.pop_front();
     --in_flight_;  // That message is done: its answer is written (or the client is gone).
     if (!ok) {
       // The client is gone: answers still to come are dropped, the stream ends when they are in.
       write_failed_ = true;
       in_flight_ -= static_cast<int>(pending_.size());
+      for (const grpc::ByteBuffer& answer : pending_) {
+        unsent_bytes_ -= static_cast<int64_t>(answer.Length());
+      }
       pending_.clear();
     }
     DecideLocked(&actions);
@@ -146,18 +160,22 @@ void AttendStreamReactor::FinishDrained() {
   Finish(grpc::Status::OK);
 }
 
-void AttendStreamReactor::EnqueueLocked(grpc::ByteBuffer answer, Actions* actions) {
+void AttendStreamReactor::EnqueueLocked(grpc::ByteBuffer answer, int64_t reserved_bytes,
+                                        Actions* actions) {
+  unsent_bytes_ -= reserved_bytes;
   if (write_failed_ || finished_) {
     --in_flight_;  // Dropped: nobody will read it.
     return;
   }
+  unsent_bytes_ += static_cast<int64_t>(answer.Length());
   pending_.push_back(std::move(answer));
   DecideLocked(actions);
 }
 
 void AttendStreamReactor::DecideLocked(Actions* actions) {
   if (finished_) return;
-  if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream) {
+  if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream &&
+      unsent_bytes_ < max_unsent_bytes_) {
     reading_ = true;
     actions->read = true;
   }

@@ -3,11 +3,13 @@
 // apart). A message that fails validation or scheduling, or that protobuf cannot parse (messages
 // travel as raw bytes, parsed here), is answered with AttendResponse.error and the stream goes on.
 //
-// Flow control: one read and one write are outstanding at a time, and at most
-// kMaxInFlightPerStream messages are in flight (read but their answer not yet written: being
-// computed or waiting to be written); beyond that the reactor stops reading until answers have
-// been written, so a client that does not read its answers is slowed instead of growing the
-// server's memory.
+// Flow control: one read and one write are outstanding at a time, and the reactor stops reading
+// while kMaxInFlightPerStream messages are in flight (read but their answer not yet written:
+// being computed or waiting to be written), or while their answers' bytes reach
+// max_unsent_bytes (an answer still computing counts its payload size, known from the request;
+// a computed one its serialised size). Reading resumes as answers are written, so a client that
+// does not read its answers is slowed instead of growing the server's memory: a stream holds at
+// most max_unsent_bytes plus one answer.
 //
 // The stream finishes (OK) once the client has half-closed (or the server drains) and every
 // accepted message has been answered and written. Thread-safety: reactions and task callbacks run
@@ -35,9 +37,9 @@ class AttendStreamReactor final
   static constexpr int kMaxInFlightPerStream = 256;
 
   // Registers with `streams` and starts reading. `submitter` and `streams` must outlive the
-  // reactor (the gRPC server is shut down first).
+  // reactor (the gRPC server is shut down first). max_unsent_bytes >= 1.
   AttendStreamReactor(AttendSubmitter* submitter, StreamRegistry* streams,
-                      grpc::CallbackServerContext* context);
+                      grpc::CallbackServerContext* context, int64_t max_unsent_bytes);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -55,16 +57,19 @@ class AttendStreamReactor final
     bool finish = false;
   };
 
-  // Called on a batcher thread with the answer to one message.
-  void OnAnswer(const v1::AttendResponse& response);
-  // Queues `response` for writing; decides the next actions.
-  void EnqueueLocked(grpc::ByteBuffer answer, Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called on a batcher thread with the answer to one message, which reserved `reserved_bytes`.
+  void OnAnswer(const v1::AttendResponse& response, int64_t reserved_bytes);
+  // Queues `answer` for writing in place of the `reserved_bytes` its message held; decides the
+  // next actions.
+  void EnqueueLocked(grpc::ByteBuffer answer, int64_t reserved_bytes, Actions* actions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DecideLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Perform(const Actions& actions);
 
   AttendSubmitter* const submitter_;
   StreamRegistry* const streams_;
   grpc::CallbackServerContext* const context_;
+  const int64_t max_unsent_bytes_;
   grpc::ByteBuffer request_;   // The read buffer; only touched between StartRead and OnReadDone.
   v1::AttendRequest message_;  // request_ parsed; only touched in OnReadDone.
 
@@ -77,6 +82,10 @@ class AttendStreamReactor final
   // Messages read whose answer is not yet written or dropped (computing, or in pending_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);  // Serialised answers to write.
+  // Payload sizes of the in-flight messages still computing, plus the sizes of pending_. May dip
+  // below the true sum while an answer overtakes its own reservation (made after Submit returns),
+  // never at a decision to read: reading_ is still set then.
+  int64_t unsent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace attnserve::server

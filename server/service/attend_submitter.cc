@@ -59,7 +59,7 @@ int64_t AttendSubmitter::DeadlineMicros(const grpc::CallbackServerContext& conte
 
 absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,
                                      grpc::CallbackServerContext* context,
-                                     AttendTask::DoneCallback done) {
+                                     AttendTask::DoneCallback done, int64_t* response_bytes) {
   if (draining()) {
     return absl::UnavailableError("the server is shutting down and accepts no new requests");
   }
@@ -67,6 +67,7 @@ absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,
   if (!route.ok()) return route.status();
   absl::StatusOr<AttendWork> work = ParseAttendRequest(request, route->model, route->limits);
   if (!work.ok()) return work.status();
+  if (response_bytes != nullptr) *response_bytes = work->response_bytes();
   auto task = std::make_unique<AttendTask>(
       *std::move(work), DeadlineMicros(*context), [context] { return context->IsCancelled(); },
       std::move(done));

@@ -37,10 +37,11 @@ class AttendSubmitter {
   AttendSubmitter& operator=(const AttendSubmitter&) = delete;
 
   // Validates `request` and schedules it. On OK, `done` is called exactly once later (on a batch
-  // thread) with the answer; on error `done` is never called and the error names the field.
-  // Unavailable once draining.
+  // thread) with the answer, and *response_bytes (when not null) holds the size of the answer's
+  // payload (AttendWork::response_bytes); on error `done` is never called and the error names
+  // the field. Unavailable once draining.
   absl::Status Submit(const v1::AttendRequest& request, grpc::CallbackServerContext* context,
-                      AttendTask::DoneCallback done);
+                      AttendTask::DoneCallback done, int64_t* response_bytes = nullptr);
 
   // Starts timing a request for `model_name` as sent ("" = the default model).
   RequestMeter StartMeter(metrics::Method method, std::string_view model_name) const;

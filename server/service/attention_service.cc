@@ -72,8 +72,10 @@ grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
 }  // namespace
 
 AttentionService::AttentionService(const ModelRouter* router, batching::Clock* clock,
-                                   metrics::ServerMetrics* metrics)
-    : submitter_(router, clock, metrics), streams_(&open_calls_) {}
+                                   metrics::ServerMetrics* metrics, int64_t max_stream_unsent_bytes)
+    : submitter_(router, clock, metrics),
+      streams_(&open_calls_),
+      max_stream_unsent_bytes_(max_stream_unsent_bytes) {}
 
 AttentionService::~AttentionService() = default;
 
@@ -116,7 +118,7 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::AttendStream(
     grpc::CallbackServerContext* context) {
-  return new AttendStreamReactor(&submitter_, &streams_, context);
+  return new AttendStreamReactor(&submitter_, &streams_, context, max_stream_unsent_bytes_);
 }
 
 grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* /*context*/,

@@ -30,10 +30,13 @@ using AttentionServiceBase = v1::AttentionService::WithRawCallbackMethod_Attend<
 class AttentionService final : public AttentionServiceBase {
  public:
   // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
-  // `metrics` (not owned; null = none) must outlive the service.
+  // `metrics` (not owned; null = none) must outlive the service. Each AttendStream holds at most
+  // `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus one
+  // (attend_stream_reactor.h).
   explicit AttentionService(const ModelRouter* router,
                             batching::Clock* clock = batching::RealClock::Default(),
-                            metrics::ServerMetrics* metrics = nullptr);
+                            metrics::ServerMetrics* metrics = nullptr,
+                            int64_t max_stream_unsent_bytes = int64_t{64} << 20);
   ~AttentionService() override;
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
@@ -62,6 +65,7 @@ class AttentionService final : public AttentionServiceBase {
   OpenCalls open_calls_;  // First: the registry counts into it.
   AttendSubmitter submitter_;
   StreamRegistry streams_;
+  const int64_t max_stream_unsent_bytes_;
 };
 
 }  // namespace attnserve::server

@@ -77,17 +77,14 @@ TEST_F(ConnectionAgeTest, ANegativeAgeIsRefusedNamingTheOption) {
       << server.status();
 }
 
-// A client that connects and then says nothing (not even HTTP/2's preface) does not hold its file
-// descriptor forever: the server closes the connection once it has been idle for the limit.
-TEST_F(ConnectionAgeTest, AnIdleConnectionThatNeverSpeaksIsClosed) {
-  server::ServerOptions options = TestServerOptions();
-  options.max_connection_idle_ms = 300;
-  StartServer(options);
+// Opens a TCP connection to `port` that never says anything (not even HTTP/2's preface) and
+// expects the server to close it within 30 s.
+void ExpectASilentConnectionIsClosed(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(server().port()));
+  address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   timeval patience{.tv_sec = 30, .tv_usec = 0};  // A bound, not the expected time.
@@ -102,9 +99,29 @@ TEST_F(ConnectionAgeTest, AnIdleConnectionThatNeverSpeaksIsClosed) {
   EXPECT_TRUE(closed) << "recv: " << got << ", errno " << errno
                       << " (EAGAIN: still open after 30 s)";
   close(fd);
+}
+
+// A client that connects and then says nothing does not hold its file descriptor forever: the
+// server closes the connection once it has been idle for the limit...
+TEST_F(ConnectionAgeTest, AnIdleConnectionThatNeverSpeaksIsClosed) {
+  server::ServerOptions options = TestServerOptions();
+  options.max_connection_idle_ms = 300;
+  StartServer(options);
+  ExpectASilentConnectionIsClosed(server().port());
   // The server goes on serving.
   v1::AttendResponse unary;
   EXPECT_TRUE(Attend(MakeRequest(kSmallModel, 2, kSmallWidth, /*seed=*/3), &unary).ok());
+}
+
+// ...and, with no idle limit, once its handshake has taken longer than handshake_timeout_ms.
+TEST_F(ConnectionAgeTest, AConnectionThatNeverFinishesItsHandshakeIsClosed) {
+  server::ServerOptions options = TestServerOptions();
+  options.max_connection_idle_ms = 0;
+  options.handshake_timeout_ms = 300;
+  StartServer(options);
+  ExpectASilentConnectionIsClosed(server().port());
+  v1::AttendResponse unary;
+  EXPECT_TRUE(Attend(MakeRequest(kSmallModel, 2, kSmallWidth, /*seed=*/4), &unary).ok());
 }
 
 TEST_F(ConnectionAgeTest, BadConnectionLimitsAreRefusedNamingTheOption) {
@@ -115,6 +132,10 @@ TEST_F(ConnectionAgeTest, BadConnectionLimitsAreRefusedNamingTheOption) {
            {"keepalive_time_ms", [](server::ServerOptions& o) { o.keepalive_time_ms = 10; }},
            {"max_concurrent_streams",
             [](server::ServerOptions& o) { o.max_concurrent_streams = 0; }},
+           {"max_stream_unsent_bytes",
+            [](server::ServerOptions& o) { o.max_stream_unsent_bytes = 0; }},
+           {"grpc_memory_bytes", [](server::ServerOptions& o) { o.grpc_memory_bytes = -1; }},
+           {"handshake_timeout_ms", [](server::ServerOptions& o) { o.handshake_timeout_ms = -1; }},
        }) {
     SCOPED_TRACE(name);
     server::ServerOptions options = TestServerOptions();

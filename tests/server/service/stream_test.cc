@@ -348,6 +348,51 @@ TEST_F(StreamTest, AClientLeavingWhileReadingIsPausedDoesNotLeaveTheStreamOpen) 
   ExpectUnaryServed();
 }
 
+// The per-stream byte budget: with answers of 512 bytes held back, a budget of 2.5 answers lets
+// the server read exactly 3 messages (it reads while under the budget), however many the client
+// sends. The drain then answers those 3, and only those: nothing read is lost, nothing more was
+// read.
+TEST_F(StreamTest, TheServerStopsReadingAStreamAtItsUnsentBytesBudget) {
+  constexpr int64_t kLength = 8;
+  constexpr int64_t kAnswerBytes = kLength * kSmallWidth * sizeof(float);
+  server::ServerOptions options = TestServerOptions();
+  options.max_stream_unsent_bytes = kAnswerBytes * 5 / 2;
+  options.model_limits.batching.max_queue_delay_us = 60'000'000;
+  options.model_limits.batching.max_batch_sequences = 4096;
+  options.model_limits.batching.max_batch_tokens = 1 << 20;
+  Start(options);
+  std::vector<v1::AttendRequest> requests;
+  for (int i = 0; i < 20; ++i) {
+    requests.push_back(Request(kSmallModel, kLength, 900 + i, absl::StrCat("b-", i)));
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = OpenStream(stub(), &context);
+  std::map<std::string, v1::AttendResponse> answers;
+  {
+    Writer writer(stream.get(), requests, /*writes_done=*/false);
+    absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
+    ASSERT_TRUE(route.ok());
+    const absl::Time give_up = absl::Now() + kPatience;
+    while (route->queue->QueueSize() < 3) {
+      ASSERT_LT(absl::Now(), give_up) << "queued " << route->queue->QueueSize();
+      std::this_thread::yield();
+    }
+    Notification stopped;
+    std::thread stopper([&] {
+      server().Shutdown(absl::Seconds(120));
+      stopped.Notify();
+    });
+    answers = ReadAll(stream.get());
+    EXPECT_TRUE(stopped.WaitForNotificationWithTimeout(kPatience));
+    stopper.join();
+  }  // The writer's blocked write fails once the stream is over.
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << StatusText(status);
+  ASSERT_EQ(answers.size(), 3u);
+  std::vector<v1::AttendRequest> read(requests.begin(), requests.begin() + 3);
+  ExpectAllAnswered(read, answers);
+}
+
 TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
   Start();
   std::vector<v1::AttendRequest> requests;
