@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/onednn_support.h"
+#include "server/app/accept_guard.h"
 #include "server/batching/batching_options.h"
 #include "server/runtime/compute_budget.h"
 #include "spdlog/spdlog.h"
@@ -236,6 +237,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Before the listener exists: one moment at the open-file limit must not close it for good.
+  if (absl::Status guard = ArmAcceptGuard(); !guard.ok()) {
+    spdlog::warn("{}; a moment at the open-file limit may stop the server accepting connections",
+                 guard.ToString());
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
