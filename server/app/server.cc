@@ -45,6 +45,10 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("max_stream_unsent_bytes: expected >= 1, got ",
                                                    options.max_stream_unsent_bytes));
   }
+  if (options.max_streams_unsent_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_streams_unsent_bytes: expected >= 1, got ",
+                                                   options.max_streams_unsent_bytes));
+  }
   if (options.grpc_memory_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grpc_memory_bytes: expected >= 0 (0 = no quota), got ", options.grpc_memory_bytes));
@@ -231,9 +235,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                             .default_model = options.default_model,
                             .poll_interval_ms = options.model_poll_interval_ms},
       server->LifecycleListener());
-  server->service_ =
-      std::make_unique<AttentionService>(&server->router_, batching::RealClock::Default(),
-                                         server->metrics_.get(), options.max_stream_unsent_bytes);
+  server->service_ = std::make_unique<AttentionService>(
+      &server->router_, batching::RealClock::Default(), server->metrics_.get(),
+      options.max_stream_unsent_bytes, options.max_streams_unsent_bytes);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -140,6 +140,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "them; at the limit the server stops reading that stream")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
+  app.add_option("--max-streams-unsent-bytes", flags.server.max_streams_unsent_bytes,
+                 "Most bytes of answers all AttendStreams together hold for clients that do not "
+                 "read them")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--grpc-memory-bytes", flags.server.grpc_memory_bytes,
                  "Memory gRPC may use for connection buffers and messages being received (its "
                  "resource quota; 0 = no quota)")

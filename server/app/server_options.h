@@ -60,6 +60,10 @@ struct ServerOptions {
   // (answers being computed count their payload size); at the limit the server stops reading
   // that stream until the client catches up. >= 1. A stream holds at most this plus one answer.
   int64_t max_stream_unsent_bytes = int64_t{64} << 20;
+  // The same for all streams together: past it, a stream with a message in flight stops reading
+  // until its own answers are written (one with none may still read one). >= 1. All streams hold
+  // at most this plus one answer each.
+  int64_t max_streams_unsent_bytes = int64_t{256} << 20;
   // Memory gRPC itself may use for connections (read and write buffers, messages being received),
   // in bytes: its resource quota. Under pressure gRPC shrinks buffers and refuses new streams
   // rather than grow. 0 = gRPC's default (no quota).

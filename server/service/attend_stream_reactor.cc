@@ -95,7 +95,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (scheduled.ok()) {
-      unsent_bytes_ += reserved;
+      AddUnsentLocked(reserved);
     } else {
       EnqueueLocked(std::move(refusal), /*reserved_bytes=*/0, &actions);
     }
@@ -122,7 +122,7 @@ void AttendStreamReactor::OnWriteDone(bool ok) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
-    unsent_bytes_ -= static_cast<int64_t>(pending_.front().Length());
+    AddUnsentLocked(-static_cast<int64_t>(pending_.front().Length()));
     pending_.pop_front();
     --in_flight_;  // That message is done: its answer is written (or the client is gone).
     if (!ok) {
@@ -130,7 +130,7 @@ void AttendStreamReactor::OnWriteDone(bool ok) {
       write_failed_ = true;
       in_flight_ -= static_cast<int>(pending_.size());
       for (const grpc::ByteBuffer& answer : pending_) {
-        unsent_bytes_ -= static_cast<int64_t>(answer.Length());
+        AddUnsentLocked(-static_cast<int64_t>(answer.Length()));
       }
       pending_.clear();
     }
@@ -162,12 +162,12 @@ void AttendStreamReactor::FinishDrained() {
 
 void AttendStreamReactor::EnqueueLocked(grpc::ByteBuffer answer, int64_t reserved_bytes,
                                         Actions* actions) {
-  unsent_bytes_ -= reserved_bytes;
+  AddUnsentLocked(-reserved_bytes);
   if (write_failed_ || finished_) {
     --in_flight_;  // Dropped: nobody will read it.
     return;
   }
-  unsent_bytes_ += static_cast<int64_t>(answer.Length());
+  AddUnsentLocked(static_cast<int64_t>(answer.Length()));
   pending_.push_back(std::move(answer));
   DecideLocked(actions);
 }
@@ -175,7 +175,7 @@ void AttendStreamReactor::EnqueueLocked(grpc::ByteBuffer answer, int64_t reserve
 void AttendStreamReactor::DecideLocked(Actions* actions) {
   if (finished_) return;
   if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream &&
-      unsent_bytes_ < max_unsent_bytes_) {
+      unsent_bytes_ < max_unsent_bytes_ && (in_flight_ == 0 || !streams_->OverBudget())) {
     reading_ = true;
     actions->read = true;
   }
@@ -190,6 +190,11 @@ void AttendStreamReactor::DecideLocked(Actions* actions) {
     finished_ = true;
     actions->finish = true;
   }
+}
+
+void AttendStreamReactor::AddUnsentLocked(int64_t delta) {
+  unsent_bytes_ += delta;
+  streams_->AddUnsentBytes(delta);
 }
 
 void AttendStreamReactor::Perform(const Actions& actions) {

@@ -7,9 +7,11 @@
 // while kMaxInFlightPerStream messages are in flight (read but their answer not yet written:
 // being computed or waiting to be written), or while their answers' bytes reach
 // max_unsent_bytes (an answer still computing counts its payload size, known from the request;
-// a computed one its serialised size). Reading resumes as answers are written, so a client that
-// does not read its answers is slowed instead of growing the server's memory: a stream holds at
-// most max_unsent_bytes plus one answer.
+// a computed one its serialised size), or, with a message in flight, while all streams together
+// are over the registry's budget. Reading resumes as answers are written, so a client that does
+// not read its answers is slowed instead of growing the server's memory: a stream holds at most
+// max_unsent_bytes plus one answer, and all streams at most the server-wide budget plus one
+// answer each.
 //
 // The stream finishes (OK) once the client has half-closed (or the server drains) and every
 // accepted message has been answered and written. Thread-safety: reactions and task callbacks run
@@ -64,6 +66,8 @@ class AttendStreamReactor final
   void EnqueueLocked(grpc::ByteBuffer answer, int64_t reserved_bytes, Actions* actions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DecideLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Changes unsent_bytes_, and the server-wide total, by `delta`.
+  void AddUnsentLocked(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Perform(const Actions& actions);
 
   AttendSubmitter* const submitter_;

@@ -72,9 +72,10 @@ grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
 }  // namespace
 
 AttentionService::AttentionService(const ModelRouter* router, batching::Clock* clock,
-                                   metrics::ServerMetrics* metrics, int64_t max_stream_unsent_bytes)
+                                   metrics::ServerMetrics* metrics, int64_t max_stream_unsent_bytes,
+                                   int64_t max_streams_unsent_bytes)
     : submitter_(router, clock, metrics),
-      streams_(&open_calls_),
+      streams_(&open_calls_, max_streams_unsent_bytes),
       max_stream_unsent_bytes_(max_stream_unsent_bytes) {}
 
 AttentionService::~AttentionService() = default;

@@ -31,12 +31,13 @@ class AttentionService final : public AttentionServiceBase {
  public:
   // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
   // `metrics` (not owned; null = none) must outlive the service. Each AttendStream holds at most
-  // `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus one
-  // (attend_stream_reactor.h).
+  // `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus one, and all of
+  // them together `max_streams_unsent_bytes` (>= 1) plus one each (attend_stream_reactor.h).
   explicit AttentionService(const ModelRouter* router,
                             batching::Clock* clock = batching::RealClock::Default(),
                             metrics::ServerMetrics* metrics = nullptr,
-                            int64_t max_stream_unsent_bytes = int64_t{64} << 20);
+                            int64_t max_stream_unsent_bytes = int64_t{64} << 20,
+                            int64_t max_streams_unsent_bytes = int64_t{256} << 20);
   ~AttentionService() override;
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
@@ -58,6 +59,8 @@ class AttentionService final : public AttentionServiceBase {
 
   // AttendStream calls not yet finished.
   int OpenStreams() { return streams_.Count(); }
+  // Bytes of answers (computed, or reserved while computing) all streams hold for their clients.
+  int64_t StreamUnsentBytes() const { return streams_.UnsentBytes(); }
   // Every call of this service that gRPC has not completed yet (unary and streams).
   OpenCalls& open_calls() { return open_calls_; }
 

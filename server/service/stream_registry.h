@@ -2,12 +2,16 @@
 //
 // Every open stream registers for its whole life and is counted in OpenCalls meanwhile; DrainAll
 // asks each to stop reading and finishes those that have nothing left to answer (the others
-// finish themselves once their last answer is written).
+// finish themselves once their last answer is written). The registry also keeps the server-wide
+// total of the streams' unsent answer bytes (attend_stream_reactor.h), which streams check before
+// reading.
 //
 // Thread-safe. `open_calls` must outlive the registry.
 #ifndef ATTNSERVE_SERVER_SERVICE_STREAM_REGISTRY_H_
 #define ATTNSERVE_SERVER_SERVICE_STREAM_REGISTRY_H_
 
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -30,7 +34,9 @@ class DrainableStream {
 
 class StreamRegistry {
  public:
-  explicit StreamRegistry(OpenCalls* open_calls) : open_calls_(open_calls) {}
+  // `max_unsent_bytes` (>= 1): the server-wide budget of unsent answer bytes (see OverBudget).
+  StreamRegistry(OpenCalls* open_calls, int64_t max_unsent_bytes)
+      : open_calls_(open_calls), max_unsent_bytes_(max_unsent_bytes) {}
   StreamRegistry(const StreamRegistry&) = delete;
   StreamRegistry& operator=(const StreamRegistry&) = delete;
 
@@ -54,6 +60,14 @@ class StreamRegistry {
     return static_cast<int>(streams_.size());
   }
 
+  // Streams report every change of their unsent answer bytes (reserved or serialised).
+  void AddUnsentBytes(int64_t delta) { unsent_bytes_.fetch_add(delta, std::memory_order_relaxed); }
+  int64_t UnsentBytes() const { return unsent_bytes_.load(std::memory_order_relaxed); }
+  // Whether the streams together hold the budget or more. A stream with a message in flight
+  // then does not read (its own answer being written will make it decide again); one with none
+  // still reads one, so no stream waits on another's client.
+  bool OverBudget() const { return UnsentBytes() >= max_unsent_bytes_; }
+
   // Has every registered stream stop reading, and finishes those already done.
   void DrainAll() {
     std::vector<DrainableStream*> to_finish;
@@ -69,6 +83,8 @@ class StreamRegistry {
 
  private:
   OpenCalls* const open_calls_;
+  const int64_t max_unsent_bytes_;
+  std::atomic<int64_t> unsent_bytes_{0};
   std::mutex mu_;
   absl::flat_hash_set<DrainableStream*> streams_ ABSL_GUARDED_BY(mu_);
 };

@@ -134,6 +134,8 @@ TEST_F(ConnectionAgeTest, BadConnectionLimitsAreRefusedNamingTheOption) {
             [](server::ServerOptions& o) { o.max_concurrent_streams = 0; }},
            {"max_stream_unsent_bytes",
             [](server::ServerOptions& o) { o.max_stream_unsent_bytes = 0; }},
+           {"max_streams_unsent_bytes",
+            [](server::ServerOptions& o) { o.max_streams_unsent_bytes = 0; }},
            {"grpc_memory_bytes", [](server::ServerOptions& o) { o.grpc_memory_bytes = -1; }},
            {"handshake_timeout_ms", [](server::ServerOptions& o) { o.handshake_timeout_ms = -1; }},
        }) {

@@ -389,8 +389,61 @@ TEST_F(StreamTest, TheServerStopsReadingAStreamAtItsUnsentBytesBudget) {
   const grpc::Status status = stream->Finish();
   EXPECT_TRUE(status.ok()) << StatusText(status);
   ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(server().service().StreamUnsentBytes(), 0);
   std::vector<v1::AttendRequest> read(requests.begin(), requests.begin() + 3);
   ExpectAllAnswered(read, answers);
+}
+
+// The server-wide budget: stream A reads 3 messages (as above, now against the shared budget);
+// stream B, with nothing in flight, may still read one, and no more, so no stream waits on
+// another's client. The drain answers exactly those 4.
+TEST_F(StreamTest, AllStreamsTogetherStopReadingAtTheServersUnsentBytesBudget) {
+  constexpr int64_t kLength = 8;
+  constexpr int64_t kAnswerBytes = kLength * kSmallWidth * sizeof(float);
+  server::ServerOptions options = TestServerOptions();
+  options.max_streams_unsent_bytes = kAnswerBytes * 5 / 2;
+  options.model_limits.batching.max_queue_delay_us = 60'000'000;
+  options.model_limits.batching.max_batch_sequences = 4096;
+  options.model_limits.batching.max_batch_tokens = 1 << 20;
+  Start(options);
+  absl::StatusOr<server::ModelRoute> route = server().router().Route(kSmallModel);
+  ASSERT_TRUE(route.ok());
+  auto wait_for_queue = [&](int size) {
+    const absl::Time give_up = absl::Now() + kPatience;
+    while (route->queue->QueueSize() < size) {
+      ASSERT_LT(absl::Now(), give_up) << "queued " << route->queue->QueueSize();
+      std::this_thread::yield();
+    }
+  };
+  std::vector<v1::AttendRequest> a_requests, b_requests;
+  for (int i = 0; i < 10; ++i) {
+    a_requests.push_back(Request(kSmallModel, kLength, 950 + i, absl::StrCat("a-", i)));
+    b_requests.push_back(Request(kSmallModel, kLength, 970 + i, absl::StrCat("b-", i)));
+  }
+  grpc::ClientContext a_context, b_context;
+  std::unique_ptr<Stream> a = OpenStream(stub(), &a_context);
+  std::unique_ptr<Stream> b = OpenStream(stub(), &b_context);
+  std::map<std::string, v1::AttendResponse> a_answers, b_answers;
+  {
+    Writer a_writer(a.get(), a_requests, /*writes_done=*/false);
+    ASSERT_NO_FATAL_FAILURE(wait_for_queue(3));
+    Writer b_writer(b.get(), b_requests, /*writes_done=*/false);
+    ASSERT_NO_FATAL_FAILURE(wait_for_queue(4));
+    EXPECT_EQ(server().service().StreamUnsentBytes(), 4 * kAnswerBytes);
+    Notification stopped;
+    std::thread stopper([&] {
+      server().Shutdown(absl::Seconds(120));
+      stopped.Notify();
+    });
+    a_answers = ReadAll(a.get());
+    b_answers = ReadAll(b.get());
+    EXPECT_TRUE(stopped.WaitForNotificationWithTimeout(kPatience));
+    stopper.join();
+  }
+  EXPECT_TRUE(a->Finish().ok());
+  EXPECT_TRUE(b->Finish().ok());
+  ExpectAllAnswered({a_requests.begin(), a_requests.begin() + 3}, a_answers);
+  ExpectAllAnswered({b_requests.begin(), b_requests.begin() + 1}, b_answers);
 }
 
 TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
