@@ -62,6 +62,7 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       ++in_flight_;
     }
     const absl::Status parsed = ParseWireMessage(request_, "message", &message_);
+    request_.Clear();  // Parsed: the bytes need not wait for the next read to be freed.
     // An unparseable message names no model: it counts under the unknown model's series.
     RequestMeter meter = submitter_->StartMeter(
         metrics::Method::kAttendStream, parsed.ok() ? message_.model() : metrics::kUnknownModel);
@@ -93,6 +94,8 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       meter.Record(ErrorCodeOf(response));
       refusal = Serialized(response);
     }
+    // The task holds its own copy of the inputs: free the parsed message's (Clear() keeps them).
+    v1::AttendRequest().Swap(&message_);
     std::lock_guard<std::mutex> lock(mu_);
     if (scheduled.ok()) {
       AddUnsentLocked(reserved);

@@ -33,6 +33,8 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
   // For Attend, whose messages travel as bytes: the parsed request, and the response that
   // FinishCall serialises into `wire_response` (gRPC's, alive until OnDone) when the call is OK.
   v1::AttendRequest& request() { return request_; }
+  // Frees the parsed request (its tensors' memory too, which Clear() would keep).
+  void ReleaseRequest() { v1::AttendRequest().Swap(&request_); }
   v1::AttendResponse& response() { return response_; }
   void set_wire_response(grpc::ByteBuffer* wire_response) { wire_response_ = wire_response; }
 
@@ -85,6 +87,11 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
                                                    grpc::ByteBuffer* response_bytes) {
   auto* reactor = new UnaryReactor(&open_calls_, RequestMeter());
   const absl::Status parsed = ParseWireMessage(*request_bytes, "request", &reactor->request());
+  // gRPC keeps the request's bytes until the call ends, and the parsed request lives in the
+  // reactor until then too; the queued task holds its own copy of the inputs (what the queues'
+  // byte budgets count). Free both once done with, so a queued request holds its inputs once,
+  // not three times. gRPC does not read the buffer again; it only destroys it.
+  const_cast<grpc::ByteBuffer*>(request_bytes)->Clear();
   if (!parsed.ok()) {
     // No model to count it under: the unknown model's series.
     reactor->set_meter(submitter_.StartMeter(metrics::Method::kAttend, metrics::kUnknownModel));
@@ -114,6 +121,8 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
                   EchoForMessage(request.request_id()), scheduled.ToString());
     reactor->FinishCall(ToGrpcStatus(scheduled));
   }
+  // The task (or the error) no longer needs it; a concurrent FinishCall touches only response().
+  reactor->ReleaseRequest();
   return reactor;
 }
 
