@@ -67,7 +67,7 @@ struct ServerOptions {
   // Memory gRPC itself may use for connections (read and write buffers, messages being received),
   // in bytes: its resource quota. Under pressure gRPC shrinks buffers and refuses new streams
   // rather than grow. 0 = gRPC's default (no quota).
-  int64_t grpc_memory_bytes = int64_t{1} << 30;
+  int64_t grpc_memory_bytes = int64_t{512} << 20;
   // A connection that has not finished its HTTP/2 (and TLS) handshake in this long is closed.
   int64_t handshake_timeout_ms = 10000;
 };

@@ -40,6 +40,8 @@ class ChildProcess {
   int WaitForLines(std::string_view text, int count, absl::Duration timeout);
   // Sends `signal` to the child.
   void Signal(int signal);
+  // The child's process id (for reading /proc/<pid>).
+  pid_t pid() const { return pid_; }
   // Waits up to `timeout` for the child to exit and its output to be read to the end; its exit
   // code, or -1 on timeout or death by a signal.
   int Wait(absl::Duration timeout);
