@@ -39,6 +39,7 @@ using ::attnserve::testing::ExpectedOutput;
 using ::attnserve::testing::kSame;
 using ::attnserve::testing::MaxAbsDiff;
 using ::attnserve::testing::Names;
+using ::attnserve::testing::RemoveWeightsSha256;
 using ::attnserve::testing::SmallConfig;
 using ::attnserve::testing::WriteModel;
 using ::attnserve::testing::WriteTextFile;
@@ -160,6 +161,9 @@ TEST_F(ModelRepositoryTest, PollNoticesAPermissionChange) {
 TEST_F(ModelRepositoryTest, PollNoticesANewInodeWithTheSameSizeAndModificationTime) {
   const ModelConfig config = SmallConfig();
   ASSERT_TRUE(WriteModel(root() / "m", 1, config).ok());
+  // Unverified weights: under config.json's checksum the swapped-in file would (rightly) fail to
+  // load; what is tested here is that the poll notices it at all.
+  RemoveWeightsSha256(root() / "m");
   std::unique_ptr<ModelRepository> repo = OpenRepository();
   ASSERT_NE(repo, nullptr);
   const std::filesystem::path weights = root() / "m" / kWeightsFileName;

@@ -15,6 +15,7 @@
 #include "core/model/weight_naming.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/service/server_test_support.h"
+#include "tests/support/file_edit.h"
 
 namespace attnserve::testing {
 namespace {
@@ -105,6 +106,27 @@ TEST_F(ReloadTest, AddedAndRemovedFoldersComeAndGo) {
   const grpc::Status gone = Attend(MakeRequest("late", 2, kSmallWidth, 1), &response);
   EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(gone.error_message(), ::testing::HasSubstr("late"));
+}
+
+// The hostile-user case: weights zeroed in place under config.json's digest (as every writer
+// records it) are refused; version 1 keeps answering.
+TEST_F(ReloadTest, WeightsDamagedInPlaceKeepTheServingVersion) {
+  const std::filesystem::path weights = repository() / kSmallModel / "weights.safetensors";
+  ZeroInPlace(weights, std::filesystem::file_size(weights) / 2, 64);
+  ASSERT_FALSE(HasFatalFailure());
+  absl::Status error;
+  ASSERT_TRUE(Eventually([&] {
+    for (const repository::ModelState& state : server().lifecycle().States()) {
+      if (state.name == kSmallModel && !state.last_error.ok()) error = state.last_error;
+    }
+    return !error.ok();
+  }));
+  EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss) << error;
+  EXPECT_THAT(std::string(error.message()), ::testing::HasSubstr("SHA-256 mismatch"));
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(MakeRequest(kSmallModel, 3, kSmallWidth, 2), &response).ok());
+  EXPECT_EQ(response.model_version(), 1);
+  EXPECT_EQ(Health(kSmallModel), HealthStatus::SERVING);
 }
 
 TEST_F(ReloadTest, BrokenUpdateKeepsTheServingVersion) {
