@@ -34,7 +34,8 @@ struct Model {
   // and their file dtype ("F32", "F16", "BF16"; "F32" for the demo).
   std::string weight_naming;
   std::string file_dtype;
-  // 1 for the first load; the repository gives each successful reload the next number.
+  // 1 as loaded; the repository numbers what it serves under a name 1, 2, ... for the life of
+  // the process, never reusing a number (server/repository/model_repository.h).
   int64_t version = 1;
 };
 

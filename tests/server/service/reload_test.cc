@@ -108,6 +108,27 @@ TEST_F(ReloadTest, AddedAndRemovedFoldersComeAndGo) {
   EXPECT_THAT(gone.error_message(), ::testing::HasSubstr("late"));
 }
 
+// A client that saw version 1 of "late" never sees that number again with other weights: the
+// restored folder serves as version 2, in answers and in GetModel alike.
+TEST_F(ReloadTest, ARestoredFolderContinuesItsVersions) {
+  ASSERT_TRUE(WriteSmall("late", 5).ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 1; }));
+  std::filesystem::remove_all(repository() / "late");
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 0; }));
+
+  ASSERT_TRUE(WriteSmall("late", 6).ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 2; }));
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(MakeRequest("late", 2, kSmallWidth, 1), &response).ok());
+  EXPECT_EQ(response.model_version(), 2);
+  grpc::ClientContext context;
+  v1::GetModelRequest request;
+  request.set_name("late");
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub().GetModel(&context, request, &info).ok());
+  EXPECT_EQ(info.version(), 2);
+}
+
 // The hostile-user case: weights zeroed in place under config.json's digest (as every writer
 // records it) are refused; version 1 keeps answering.
 TEST_F(ReloadTest, WeightsDamagedInPlaceKeepTheServingVersion) {
