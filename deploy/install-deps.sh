@@ -16,8 +16,10 @@ build_packages=(
   # Core: oneDNN 2.6 (v2 API), abseil for Status/StatusOr.
   # ocl-icd-opencl-dev: Debian's dnnl CMake config requires OpenCL even for CPU-only use.
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libabsl-dev
-  # Model files and tools: config.json parsing, command lines.
-  nlohmann-json3-dev libcli11-dev
+  # Model files and tools: config.json parsing, command lines; libcrypto (OpenSSL 3) for the
+  # SHA-256 of config.json's "weights_sha256" (the image's run stage gets libssl3 from
+  # deploy/runtime-packages.sh, which follows what the binaries load).
+  nlohmann-json3-dev libcli11-dev libssl-dev
   # The gRPC server: gRPC 1.51 (with reflection), protobuf 3.21 and its compiler, spdlog 1.10.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libspdlog-dev
   # Metrics: prometheus-cpp 1.0 (core and pull exposer).

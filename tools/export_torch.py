@@ -12,6 +12,7 @@ Runs with Debian's /usr/bin/python3 and python3-torch (1.13); nothing from PyPI.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import struct
@@ -210,7 +211,8 @@ def _convert(tensors, dtype):
 
 def export_mha(mha, folder, naming="torch", dtype="f32"):
     """Writes `mha` as the model folder `folder` (created if needed): config.json and
-    weights.safetensors, each replaced atomically. Returns the config dict.
+    weights.safetensors, each replaced atomically. config.json records the SHA-256 of the weights
+    file ("weights_sha256"), which attnserve verifies at load. Returns the config dict.
 
     batch_first and dropout do not change the weights, so any value is accepted. F16/BF16 files
     round every weight to nearest even; attnserve computes in fp32 from the rounded values.
@@ -234,9 +236,13 @@ def export_mha(mha, folder, naming="torch", dtype="f32"):
         "torch_version": torch.__version__,
         "naming": naming,
     }
+    image = safetensors_image(tensors, metadata)
+    # The server verifies the weights against this digest when it loads them, so corruption of
+    # the file (or a file replaced without its config.json) is a load error, not a new version.
+    config["weights_sha256"] = hashlib.sha256(image).hexdigest()
     os.makedirs(folder, exist_ok=True)
     # Weights first: a server that sees the new config.json then also finds matching weights.
-    write_safetensors(os.path.join(folder, WEIGHTS_FILE_NAME), tensors, metadata)
+    write_file_atomically(os.path.join(folder, WEIGHTS_FILE_NAME), image)
     write_file_atomically(os.path.join(folder, CONFIG_FILE_NAME),
                           (json.dumps(config, indent=2) + "\n").encode("utf-8"))
     return config

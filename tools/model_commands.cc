@@ -93,7 +93,10 @@ absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out) 
   const model::Model& m = **loaded;
   out << "model " << m.name << " (" << folder.string() << "): OK\n"
       << "  config: " << Describe(m.config.attention) << "\n"
-      << "  weights: " << m.weight_naming << " naming, " << m.file_dtype << "\n"
+      << "  weights: " << m.weight_naming << " naming, " << m.file_dtype
+      << (m.config.weights_sha256 ? ", SHA-256 verified"
+                                  : ", not verified (config.json has no weights_sha256)")
+      << "\n"
       << "  config.json: "
       << absl::StrReplaceAll(absl::StripTrailingAsciiWhitespace(model::ModelConfigToJson(m.config)),
                              {{"\n", "\n  "}})

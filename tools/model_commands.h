@@ -27,13 +27,14 @@ struct GenerateOptions {
 };
 
 // Writes <repository>/<name>/ with config.json and weights.safetensors holding
-// core::MakeRandomWeights(config, seed) (rounded to `dtype`). Each file is replaced atomically,
-// weights first, so a polling server never reads a half-written file. InvalidArgument for a bad
-// name or config; AlreadyExists when the folder holds a model and !overwrite.
+// core::MakeRandomWeights(config, seed) (rounded to `dtype`), config.json recording the weights'
+// SHA-256 (model::WriteModelFolder). Each file is replaced atomically, weights first, so a
+// polling server never reads a half-written file. InvalidArgument for a bad name or config;
+// AlreadyExists when the folder holds a model and !overwrite.
 absl::Status GenerateModel(const GenerateOptions& options, std::ostream& out);
 
-// Loads `folder` as the server would and prints its config, parameter count, naming, file dtype
-// and tensor table; or returns the load error.
+// Loads `folder` as the server would and prints its config, parameter count, naming, file dtype,
+// whether the weights' SHA-256 was verified, and tensor table; or returns the load error.
 absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out);
 
 // Opens the repository as the server would and prints one line per model: name, version, shape

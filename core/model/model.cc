@@ -1,6 +1,7 @@
 #include "core/model/model.h"
 
 #include <set>
+#include <span>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "core/attention_weights.h"
 #include "core/model/file_bytes.h"
 #include "core/model/safetensors_file.h"
+#include "core/model/sha256.h"
 #include "core/model/weight_naming.h"
 
 namespace attnserve::model {
@@ -43,6 +45,19 @@ absl::StatusOr<ModelConfig> ReadConfig(const std::filesystem::path& path) {
   return config;
 }
 
+// DataLoss naming the file and both digests when `bytes` (read from `path`) do not hash to
+// `expected` (lowercase hex, from config.json).
+absl::Status VerifySha256(const std::filesystem::path& path, std::span<const std::byte> bytes,
+                          const std::string& expected) {
+  absl::StatusOr<std::string> actual = Sha256Hex(bytes);
+  if (!actual.ok()) return WithPath(path, actual.status());
+  if (*actual == expected) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      path.string(), ": SHA-256 mismatch: expected ", expected, " (\"weights_sha256\" in ",
+      kConfigFileName, "), got ", *actual, " (the ", bytes.size(),
+      " bytes read); the file is corrupt, or was replaced without its config.json"));
+}
+
 // "F32", or e.g. "mixed (F16, F32)" when the tensors differ.
 std::string FileDtype(const SafetensorsIndex& index) {
   std::set<std::string> names;
@@ -66,7 +81,18 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesyst
   if (!config.ok()) return config.status();
 
   const std::filesystem::path weights_path = folder / kWeightsFileName;
-  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(weights_path);
+  absl::StatusOr<FileBytes> bytes = FileBytes::Open(weights_path);
+  if (!bytes.ok()) return bytes.status();  // Already names the path.
+  // The digest is of the buffer that is then parsed, so no rewrite of the file can slip in
+  // between the check and the use. It comes first: bytes that are not the ones config.json
+  // describes are refused whatever they hold, with the one error that says so.
+  if (config->weights_sha256) {
+    if (absl::Status s = VerifySha256(weights_path, bytes->bytes(), *config->weights_sha256);
+        !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Parse(weights_path, *std::move(bytes));
   if (!file.ok()) return file.status();
   absl::StatusOr<WeightNaming> naming = DetectNaming(file->index());
   if (!naming.ok()) return WithPath(weights_path, naming.status());

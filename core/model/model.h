@@ -34,7 +34,8 @@ struct Model {
   // and their file dtype ("F32", "F16", "BF16"; "F32" for the demo).
   std::string weight_naming;
   std::string file_dtype;
-  // 1 for the first load; the repository gives each successful reload the next number.
+  // 1 as loaded; the repository numbers what it serves under a name 1, 2, ... for the life of
+  // the process, never reusing a number (server/repository/model_repository.h).
   int64_t version = 1;
 };
 
@@ -42,10 +43,13 @@ struct Model {
 // folders are ignored by the repository).
 bool IsValidModelName(std::string_view name);
 
-// Loads `folder` as a model named after the folder's last component. Errors name the file (and
-// for the weights, the tensor): NotFound for a missing config.json or weights.safetensors,
-// InvalidArgument for anything malformed, Internal/ResourceExhausted from packing. Never crashes
-// on a broken file. Thread-safe.
+// Loads `folder` as a model named after the folder's last component. When config.json has
+// "weights_sha256", the weights file's bytes are verified against it before they are parsed
+// (the very bytes parsed: they are read into memory once). Errors name the file (and for the
+// weights, the tensor): NotFound for a missing config.json or weights.safetensors,
+// InvalidArgument for anything malformed, DataLoss for weights whose SHA-256 differs from
+// config.json's (giving both digests), Aborted for a file rewritten while it was read (FileBytes),
+// Internal/ResourceExhausted from packing. Never crashes on a broken file. Thread-safe.
 absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder);
 
 // The embedded default model `demo`: d_model 512, 8 heads, multi-head with bias, weights

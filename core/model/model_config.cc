@@ -3,8 +3,10 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/json_text.h"
+#include "core/model/sha256.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::model {
@@ -95,10 +97,19 @@ absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& co
     config.max_sequence_length = *v;
   } else if (key == "batching") {
     return ParseBatching(value, config.batching);
+  } else if (key == "weights_sha256") {
+    // A digest that cannot be one is refused here, as a config error naming the key, rather than
+    // reported at load time as a mismatch that no weights file could ever fix.
+    if (!value.is_string() || !IsSha256Hex(value.get<std::string>())) {
+      return BadValue(
+          key, "64 hex digits (the SHA-256 of weights.safetensors, as sha256sum prints it)", value);
+    }
+    config.weights_sha256 = absl::AsciiStrToLower(value.get<std::string>());
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown key \"", key,
-        "\"; expected d_model, num_heads, variant, bias, dtype, max_sequence_length or batching"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown key \"", key,
+                     "\"; expected d_model, num_heads, variant, bias, dtype, max_sequence_length, "
+                     "batching or weights_sha256"));
   }
   return absl::OkStatus();
 }
@@ -144,6 +155,7 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   if (b.max_queue_size) batching["max_queue_size"] = *b.max_queue_size;
   if (b.max_queued_bytes) batching["max_queued_bytes"] = *b.max_queued_bytes;
   if (!batching.empty()) root["batching"] = batching;
+  if (config.weights_sha256) root["weights_sha256"] = *config.weights_sha256;
   return root.dump(2) + "\n";
 }
 

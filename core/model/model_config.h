@@ -4,12 +4,14 @@
 //    "max_sequence_length": 4096,
 //    "batching": {"max_batch_sequences": 64, "max_batch_tokens": 8192,
 //                 "max_queue_delay_us": 1000, "max_queue_size": 1024,
-//                 "max_queued_bytes": 268435456}}
+//                 "max_queued_bytes": 268435456},
+//    "weights_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 //
 // Required: d_model, num_heads. Defaults: variant "multi_head", bias false, dtype "fp32" (the
 // compute type; the weights file may hold F32, F16 or BF16). max_sequence_length and every
-// batching key are optional overrides of the server's defaults. Any other key is an error naming
-// it. A plain value type.
+// batching key are optional overrides of the server's defaults. weights_sha256, when present, is
+// the SHA-256 of weights.safetensors that a load verifies (model.h); absent, nothing is checked.
+// Any other key is an error naming it. A plain value type.
 #ifndef ATTNSERVE_CORE_MODEL_MODEL_CONFIG_H_
 #define ATTNSERVE_CORE_MODEL_MODEL_CONFIG_H_
 
@@ -40,11 +42,15 @@ struct ModelConfig {
   // Longest query or memory sequence a request may send; unset = the server's default.
   std::optional<int64_t> max_sequence_length;
   BatchingOverrides batching;
+  // The SHA-256 of the whole weights.safetensors file as 64 lowercase hex digits (sha256.h;
+  // config.json may spell it in either case); unset = the weights are not verified.
+  std::optional<std::string> weights_sha256;
 };
 
 // Parses and validates config.json text. InvalidArgument naming the key (e.g. "batching.
 // max_queue_size"), the expected and the actual value, for bad JSON, a missing required key, a
-// wrong type, an invalid value (including an invalid AttentionConfig) or an unknown key.
+// wrong type, an invalid value (including an invalid AttentionConfig, or a weights_sha256 that is
+// not 64 hex digits) or an unknown key.
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text);
 
 // config.json text for `config` (pretty-printed, unset optionals omitted); ParseModelConfig of

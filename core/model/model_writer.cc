@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/model.h"
 #include "core/model/safetensors_writer.h"
+#include "core/model/sha256.h"
 
 namespace attnserve::model {
 
@@ -22,8 +23,13 @@ absl::Status WriteModelFolder(const std::filesystem::path& folder, const ModelCo
   for (const NamedTensor& t : tensors) to_write.push_back({t.name, dtype, t.shape, t.values});
   absl::StatusOr<std::string> image = SerializeSafetensors(to_write, metadata);
   if (!image.ok()) return image.status();
+  // The writer holds the exact bytes, so every folder it writes gets integrity for free.
+  ModelConfig with_digest = config;
+  absl::StatusOr<std::string> digest = Sha256Hex(*image);
+  if (!digest.ok()) return digest.status();
+  with_digest.weights_sha256 = *std::move(digest);
   if (absl::Status s = WriteFileAtomically(folder / kWeightsFileName, *image); !s.ok()) return s;
-  return WriteFileAtomically(folder / kConfigFileName, ModelConfigToJson(config));
+  return WriteFileAtomically(folder / kConfigFileName, ModelConfigToJson(with_digest));
 }
 
 }  // namespace attnserve::model

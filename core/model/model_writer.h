@@ -16,8 +16,11 @@
 namespace attnserve::model {
 
 // Creates `folder` if needed and writes `weights` (valid for config.attention) under `naming` as
-// `dtype` (F32, F16 or BF16; 16-bit formats round to nearest even), then config.json. Each file
-// is replaced atomically, weights first, so a polling repository never reads a half-written file.
+// `dtype` (F32, F16 or BF16; 16-bit formats round to nearest even), then config.json: `config`
+// with "weights_sha256" set to the SHA-256 of the weights file just written (whatever `config`
+// held there), so loads verify the weights. Each file is replaced atomically, weights first, so a
+// polling repository never reads a half-written file (a poll between the two renames sees new
+// weights under the old digest: that load fails and is retried when config.json lands).
 // InvalidArgument for an unsupported dtype; Internal with the system's reason for I/O failures.
 absl::Status WriteModelFolder(const std::filesystem::path& folder, const ModelConfig& config,
                               const core::AttentionWeights& weights, WeightNaming naming,

@@ -367,11 +367,15 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensors(std::span<const std::byte> ima
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::filesystem::path& path) {
   auto file = FileBytes::Open(path);
   if (!file.ok()) return file.status();
-  auto index = ParseSafetensors(file->bytes());
+  return Parse(path, *std::move(file));
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::filesystem::path path, FileBytes file) {
+  auto index = ParseSafetensors(file.bytes());
   if (!index.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", index.status().message()));
   }
-  return SafetensorsFile(path, *std::move(file), *std::move(index));
+  return SafetensorsFile(std::move(path), std::move(file), *std::move(index));
 }
 
 absl::StatusOr<std::vector<float>> ReadFloat32(const TensorView& tensor) {

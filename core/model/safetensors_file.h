@@ -83,6 +83,10 @@ class SafetensorsFile {
   // Reads and parses `path`. Errors are FileBytes::Open's, or InvalidArgument from
   // ParseSafetensors; every message starts with the path.
   static absl::StatusOr<SafetensorsFile> Open(const std::filesystem::path& path);
+  // Parses `file`, already read from `path` (which only names it in messages): for a caller that
+  // must examine the very bytes parsed first, e.g. to verify their checksum. InvalidArgument from
+  // ParseSafetensors, starting with the path.
+  static absl::StatusOr<SafetensorsFile> Parse(std::filesystem::path path, FileBytes file);
 
   const std::filesystem::path& path() const { return path_; }
   const SafetensorsIndex& index() const { return index_; }

@@ -46,14 +46,17 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Open(
   const bool demo = options.demo_model == DemoModelPolicy::kAlways ||
                     (options.demo_model == DemoModelPolicy::kWhenNoRepository && root_missing);
   std::unique_ptr<ModelRepository> repo(new ModelRepository(options, demo));
-  if (demo) {
-    std::lock_guard<std::mutex> lock(repo->mu_);
-    repo->entries_[kDemoModelName] = EmbeddedDemoEntry();
-  }
   absl::StatusOr<std::vector<std::string>> names = repo->ScanNames();
   if (!names.ok()) return names.status();
   std::lock_guard<std::mutex> load_lock(repo->load_mu_);
   for (const std::string& name : *names) repo->LoadAndSwap(name, repo->FingerprintOf(name));
+  if (demo) {
+    // After the folders: a "demo" folder that loaded takes the name (as version 1), and the
+    // embedded model only fills in when none did (no folder, or one that failed to load).
+    std::lock_guard<std::mutex> lock(repo->mu_);
+    Entry& entry = repo->entries_[kDemoModelName];
+    if (entry.serving == nullptr) repo->ServeEmbeddedDemo(kDemoModelName, entry);
+  }
   return repo;
 }
 
@@ -156,9 +159,16 @@ std::vector<ModelEvent> ModelRepository::Poll() {
       // The folder that replaced the embedded demo (or failed to) is gone: back to the embedded
       // one, without the folder's error.
       if (entry.embedded && entry.fingerprint == Fingerprint{}) continue;  // Never replaced.
-      entries_[name] = EmbeddedDemoEntry();
-      if (!entry.embedded)
-        events.push_back({ModelEvent::Kind::kReloaded, name, 1, absl::OkStatus()});
+      Entry& live = entries_[name];
+      live.fingerprint = Fingerprint{};
+      live.last_error = absl::OkStatus();
+      if (entry.embedded) continue;  // It served all along: nothing a reader sees changed.
+      ServeEmbeddedDemo(name, live);
+      if (live.serving != nullptr) {
+        events.push_back({ModelEvent::Kind::kReloaded, name, live.serving->version, {}});
+      } else {
+        events.push_back({ModelEvent::Kind::kFailed, name, 0, live.last_error});
+      }
       continue;
     }
     entries_.erase(name);
@@ -169,13 +179,21 @@ std::vector<ModelEvent> ModelRepository::Poll() {
   return events;
 }
 
-ModelRepository::Entry ModelRepository::EmbeddedDemoEntry() {
-  Entry entry;
+int64_t ModelRepository::NextVersion(const std::string& name) { return ++last_versions_[name]; }
+
+void ModelRepository::ServeEmbeddedDemo(const std::string& name, Entry& entry) {
   entry.embedded = true;
-  absl::StatusOr<std::shared_ptr<const model::Model>> model = DemoModel();
-  if (model.ok()) entry.serving = *model;
-  entry.last_error = model.status();
-  return entry;
+  absl::StatusOr<std::shared_ptr<const model::Model>> demo = DemoModel();
+  if (!demo.ok()) {
+    entry.serving = nullptr;
+    if (entry.last_error.ok()) entry.last_error = demo.status();
+    return;
+  }
+  // A copy sharing the packed layer: the copy carries this name's next version, so the embedded
+  // model coming back after a "demo" folder is told apart from every version served before.
+  auto model = std::make_shared<Model>(**demo);
+  model->version = NextVersion(name);
+  entry.serving = std::move(model);
 }
 
 absl::StatusOr<std::vector<std::string>> ModelRepository::ScanNames() const {
@@ -239,7 +257,7 @@ ModelEvent ModelRepository::LoadAndSwap(const std::string& name, Fingerprint fin
   }
   auto model = std::make_shared<Model>(**loaded);
   const bool replaces = entry.serving != nullptr;
-  model->version = replaces && !entry.embedded ? entry.serving->version + 1 : 1;
+  model->version = NextVersion(name);
   entry.serving = std::move(model);
   entry.last_error = absl::OkStatus();
   entry.embedded = false;

@@ -6,6 +6,10 @@
 // bookkeeping, temporary folders), as are plain files. Every model is loaded when the repository
 // opens; a folder that fails to load is recorded with its error and the others serve.
 //
+// Every model that starts serving under a name gets the name's next version number: 1, 2, ...
+// counted for the life of the repository, across removal and restoration of the folder, so a
+// number a client has seen never names other weights. Failed loads use no number.
+//
 // Thread-safe: Get/ServingModels/States may run concurrently with Reload/Poll (which serialize
 // among themselves). Readers get shared_ptr<const Model>, so a reload never disturbs work in
 // flight: it keeps the model version it started with.
@@ -84,9 +88,10 @@ class ModelRepository {
   // Every known name (serving or failed), sorted.
   std::vector<ModelState> States() const;
 
-  // Loads <root>/<name> again (or for the first time) and swaps it in atomically. On failure the
-  // previous version keeps serving and the error (naming file, tensor, expected and actual value)
-  // is returned and recorded. NotFound when the folder does not exist; FailedPrecondition for the
+  // Loads <root>/<name> again (or for the first time) and swaps it in atomically as the name's
+  // next version. On failure the previous version keeps serving and the error (naming file,
+  // tensor, expected and actual value; or the weights' expected and actual SHA-256) is returned
+  // and recorded. NotFound when the folder does not exist; FailedPrecondition for the
   // embedded demo model.
   absl::Status Reload(std::string_view name);
 
@@ -119,8 +124,14 @@ class ModelRepository {
   ModelRepository(ModelRepositoryOptions options, bool serves_embedded_demo)
       : options_(std::move(options)), serves_embedded_demo_(serves_embedded_demo) {}
 
-  // The embedded demo model's entry (with DemoModel()'s error if it cannot be built).
-  static Entry EmbeddedDemoEntry();
+  // The version number for the next model to serve under `name`: one more than the last one
+  // given to that name since the repository opened (1 for the first), whatever happened in
+  // between (failed loads, removal, replacement).
+  int64_t NextVersion(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `entry` (of `name`) serve the embedded demo model as the name's next version, keeping
+  // its error and fingerprint; if DemoModel() cannot be built, nothing serves and its error is
+  // recorded unless the entry already has one.
+  void ServeEmbeddedDemo(const std::string& name, Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Model folder names under root, sorted; an error when root cannot be listed.
   absl::StatusOr<std::vector<std::string>> ScanNames() const;
@@ -138,6 +149,10 @@ class ModelRepository {
   absl::Status scan_status_ ABSL_GUARDED_BY(mu_);
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
+  // The last version given to each name that ever served, kept when the name's entry goes (its
+  // folder removed) so that a restored model continues the count instead of reusing a number a
+  // client may have seen with other weights. One integer per name, for the life of the process.
+  std::map<std::string, int64_t, std::less<>> last_versions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace attnserve::repository

@@ -4,6 +4,7 @@ Run through CTest: /usr/bin/python3 -m unittest export_torch_test (from this fol
 """
 
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -167,10 +168,15 @@ class ExportMhaTest(unittest.TestCase):
 
     def test_torch_naming(self):
         mha = random_mha(d=16, h=4)
-        export_torch.export_mha(mha, self.folder)
+        returned = export_torch.export_mha(mha, self.folder)
         config, tensors, metadata = self.read_folder()
+        # The digest is of the file as written (what `sha256sum weights.safetensors` prints), so
+        # attnserve can verify it at load.
+        with open(os.path.join(self.folder, "weights.safetensors"), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
         self.assertEqual(config, {"d_model": 16, "num_heads": 4, "variant": "multi_head",
-                                  "bias": True, "dtype": "fp32"})
+                                  "bias": True, "dtype": "fp32", "weights_sha256": digest})
+        self.assertEqual(returned, config)
         self.assertEqual(metadata["naming"], "torch")
         state = mha.state_dict()
         self.assertEqual(sorted(tensors), sorted(state))

@@ -67,6 +67,27 @@ TEST(ModelConfigTest, JsonRoundTrip) {
   EXPECT_THAT(ModelConfigToJson(config), Not(HasSubstr("max_batch_sequences")));
 }
 
+TEST(ModelConfigTest, WeightsSha256IsOptionalAndReadInEitherCase) {
+  const std::string digest = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  absl::StatusOr<ModelConfig> c =
+      ParseModelConfig(R"({"d_model": 64, "num_heads": 4, "weights_sha256": ")" + digest + "\"}");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->weights_sha256, digest);
+  // Capitals (as some tools print digests) are the same digest, kept in sha256sum's spelling.
+  c = ParseModelConfig(
+      R"({"d_model": 64, "num_heads": 4, "weights_sha256": "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->weights_sha256, digest);
+
+  ModelConfig config = *c;
+  absl::StatusOr<ModelConfig> back = ParseModelConfig(ModelConfigToJson(config));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->weights_sha256, digest);
+  EXPECT_THAT(ModelConfigToJson(config), HasSubstr("\"weights_sha256\": \"" + digest + "\""));
+  config.weights_sha256.reset();
+  EXPECT_THAT(ModelConfigToJson(config), Not(HasSubstr("weights_sha256")));
+}
+
 struct BadConfig {
   const char* name;
   const char* json;
@@ -92,7 +113,7 @@ const BadConfig kBadConfigs[] = {
     {"MissingHeads", R"({"d_model": 64})", {"missing required key \"num_heads\""}},
     {"UnknownKey",
      R"({"d_model": 64, "num_heads": 4, "heads": 4})",
-     {"unknown key \"heads\"", "expected d_model, num_heads"}},
+     {"unknown key \"heads\"", "expected d_model, num_heads", "batching or weights_sha256"}},
     {"UnknownBatchingKey",
      R"({"d_model": 64, "num_heads": 4, "batching": {"max_delay": 5}})",
      {"unknown key \"batching.max_delay\"", "max_queue_delay_us"}},
@@ -131,6 +152,26 @@ const BadConfig kBadConfigs[] = {
     {"QueueSizeZero",
      R"({"d_model": 64, "num_heads": 4, "batching": {"max_queue_size": 0}})",
      {"\"batching.max_queue_size\" must be an integer >= 1", "got 0"}},
+    {"Sha256TooShort",
+     R"({"d_model": 64, "num_heads": 4, "weights_sha256": "ba7816bf"})",
+     {"\"weights_sha256\" must be 64 hex digits (the SHA-256 of weights.safetensors, as "
+      "sha256sum prints it)",
+      "got \"ba7816bf\""}},
+    {"Sha256NotHex",
+     R"({"d_model": 64, "num_heads": 4, "weights_sha256": "zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"})",
+     {"\"weights_sha256\" must be 64 hex digits"}},
+    {"Sha256TooLong",
+     R"({"d_model": 64, "num_heads": 4, "weights_sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad0"})",
+     {"\"weights_sha256\" must be 64 hex digits"}},
+    {"Sha256Prefixed",
+     R"({"d_model": 64, "num_heads": 4, "weights_sha256": "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"})",
+     {"\"weights_sha256\" must be 64 hex digits"}},
+    {"Sha256NotAString",
+     R"({"d_model": 64, "num_heads": 4, "weights_sha256": 12345})",
+     {"\"weights_sha256\" must be 64 hex digits", "got 12345"}},
+    {"Sha256Null",
+     R"({"d_model": 64, "num_heads": 4, "weights_sha256": null})",
+     {"\"weights_sha256\" must be 64 hex digits", "got null"}},
     {"DelayNegative",
      R"({"d_model": 64, "num_heads": 4, "batching": {"max_queue_delay_us": -1}})",
      {"\"batching.max_queue_delay_us\" must be an integer >= 0", "got -1"}},

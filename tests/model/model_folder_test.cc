@@ -2,6 +2,7 @@
 // broken folder the issue lists — each gives its own clear error naming the file, and a repository
 // holding it keeps serving the other models.
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "core/model/model.h"
 #include "core/model/model_writer.h"
 #include "core/model/safetensors_writer.h"
+#include "core/model/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/repository/model_repository.h"
@@ -38,6 +40,7 @@ ModelConfig SmallConfig() {
   return config;
 }
 
+// A model folder as WriteModelFolder writes it: config.json records the weights' SHA-256.
 void WriteGood(const fs::path& folder, const ModelConfig& config = SmallConfig()) {
   ASSERT_TRUE(WriteModelFolder(folder, config, core::MakeRandomWeights(config.attention, 3),
                                WeightNaming::kSeed, TensorDtype::kF32)
@@ -51,6 +54,26 @@ std::string ReadAll(const fs::path& path) {
 
 void WriteAll(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// config.json with `key`'s value replaced by `value` (JSON text), or the key added.
+void SetConfigKey(const fs::path& folder, const std::string& key, const std::string& value) {
+  std::string json = ReadAll(folder / kConfigFileName);
+  const std::string quoted = "\"" + key + "\": ";
+  const size_t at = json.find(quoted);
+  if (at == std::string::npos) {
+    json.insert(json.find('{') + 1, quoted + value + ", ");
+  } else {
+    const size_t begin = at + quoted.size();
+    json.replace(begin, json.find_first_of(",\n}", begin) - begin, value);
+  }
+  WriteAll(folder / kConfigFileName, json);
+}
+
+// A good folder whose config.json has no digest, as written before checksums existed.
+void WriteGoodUnverified(const fs::path& folder) {
+  WriteGood(folder);
+  WriteAll(folder / kConfigFileName, ModelConfigToJson(SmallConfig()));
 }
 
 // A safetensors image from a literal header and data section.
@@ -78,7 +101,33 @@ struct BrokenFolder {
   std::vector<std::string> fragments;  // Each must appear in the error message.
 };
 
+// Each case breaks a folder without "weights_sha256" (WriteGoodUnverified), so that the reader's
+// own checks answer; under a digest, any change to the weights file is refused first, as the
+// Digest* cases show.
 const BrokenFolder kBrokenFolders[] = {
+    {"DigestMismatch",
+     [](const fs::path& f) {
+       WriteGood(f);
+       std::string bytes = ReadAll(f / kWeightsFileName);
+       bytes[bytes.size() - 1] ^= 0x01;  // One bit of b_O.
+       WriteAll(f / kWeightsFileName, bytes);
+     },
+     absl::StatusCode::kDataLoss,
+     {"weights.safetensors: SHA-256 mismatch: expected ",
+      "(\"weights_sha256\" in config.json), got ",
+      "the file is corrupt, or was replaced without its config.json"}},
+    {"DigestOfTruncatedFile",
+     [](const fs::path& f) {
+       WriteGood(f);
+       const std::string bytes = ReadAll(f / kWeightsFileName);
+       WriteAll(f / kWeightsFileName, bytes.substr(0, bytes.size() / 2));
+     },
+     absl::StatusCode::kDataLoss,
+     {"weights.safetensors: SHA-256 mismatch"}},
+    {"DigestMalformed",
+     [](const fs::path& f) { SetConfigKey(f, "weights_sha256", "\"0123abc\""); },
+     absl::StatusCode::kInvalidArgument,
+     {"config.json: ", "\"weights_sha256\" must be 64 hex digits", "got \"0123abc\""}},
     {"TruncatedFile",
      [](const fs::path& f) {
        const std::string bytes = ReadAll(f / kWeightsFileName);
@@ -213,7 +262,7 @@ TEST_P(BrokenFolderTest, GivesItsOwnErrorAndTheRepositoryServesTheOthers) {
   TempFolder repo;
   WriteGood(repo.path() / "good");
   const fs::path broken = repo.path() / "broken";
-  WriteGood(broken);
+  WriteGoodUnverified(broken);
   c.breaks(broken);
   if (HasFatalFailure()) return;
 
@@ -290,11 +339,40 @@ TEST(ModelFolderTest, LoadsEveryNamingDtypeAndVariant) {
         EXPECT_EQ((*model)->weight_naming, NamingName(naming));
         EXPECT_EQ((*model)->file_dtype, DtypeName(dtype));
         EXPECT_EQ((*model)->version, 1);
+        EXPECT_TRUE((*model)->config.weights_sha256.has_value()) << "verified at load";
         EXPECT_EQ((*model)->config.attention.variant, config.attention.variant);
         ExpectComputes(**model, RoundedTo(weights, dtype));
       }
     }
   }
+}
+
+TEST(ModelFolderTest, TheDigestIsOfTheWholeWeightsFileAndOptional) {
+  TempFolder repo;
+  const fs::path folder = repo.path() / "m";
+  WriteGood(folder);
+  // What `sha256sum weights.safetensors` prints.
+  absl::StatusOr<std::string> digest = Sha256Hex(ReadAll(folder / kWeightsFileName));
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  absl::StatusOr<ModelConfig> written = ParseModelConfig(ReadAll(folder / kConfigFileName));
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->weights_sha256, *digest);
+  absl::StatusOr<std::shared_ptr<const Model>> model = LoadModelFolder(folder);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config.weights_sha256, *digest);
+
+  // A digest given by hand in capitals, then none at all: both load the same weights.
+  std::string upper = *digest;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  SetConfigKey(folder, "weights_sha256", "\"" + upper + "\"");
+  model = LoadModelFolder(folder);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config.weights_sha256, *digest);
+  WriteAll(folder / kConfigFileName, ModelConfigToJson(SmallConfig()));
+  model = LoadModelFolder(folder);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE((*model)->config.weights_sha256.has_value());
+  ExpectComputes(**model, core::MakeRandomWeights(SmallConfig().attention, 3));
 }
 
 TEST(ModelFolderTest, TrailingSlashKeepsTheFolderName) {

@@ -65,6 +65,9 @@ TEST_F(ModelCommandsTest, GenerateWritesAFolderThatLoadsToTheGeneratorsWeights) 
   std::ostringstream check;
   ASSERT_TRUE(CheckModel(root_ / "m", check).ok());
   EXPECT_THAT(check.str(), HasSubstr("model m"));
+  // generate records the weights' digest, and check (loading as the server does) verified it.
+  EXPECT_THAT(check.str(), HasSubstr("weights: split naming, F32, SHA-256 verified"));
+  EXPECT_THAT(check.str(), HasSubstr("\"weights_sha256\": \""));
   EXPECT_THAT(check.str(), HasSubstr("4224 parameters"));
   EXPECT_THAT(check.str(), HasSubstr("q_proj.weight"));
   EXPECT_THAT(check.str(), HasSubstr("[32, 32]"));
@@ -111,6 +114,27 @@ TEST_F(ModelCommandsTest, CheckReturnsTheLoadError) {
   absl::Status s = CheckModel(root_ / "m", out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("config.json: \"bias\" must be true or false, got 1"));
+}
+
+TEST_F(ModelCommandsTest, CheckSaysWhenTheWeightsAreNotVerifiedAndRefusesDamagedOnes) {
+  std::ostringstream out;
+  ASSERT_TRUE(GenerateModel(Options("m"), out).ok());
+  // Damaged in place: the digest refuses the weights, naming the file.
+  {
+    std::fstream weights(root_ / "m" / model::kWeightsFileName,
+                         std::ios::binary | std::ios::in | std::ios::out);
+    weights.seekp(-4, std::ios::end);
+    weights.write("\0\0\0\0", 4);
+  }
+  absl::Status s = CheckModel(root_ / "m", out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("weights.safetensors: SHA-256 mismatch"));
+  // Without a digest, the same file loads, and check says it was not verified.
+  std::ofstream(root_ / "m" / "config.json", std::ios::trunc)
+      << R"({"d_model": 32, "num_heads": 4, "bias": true})";
+  std::ostringstream check;
+  ASSERT_TRUE(CheckModel(root_ / "m", check).ok());
+  EXPECT_THAT(check.str(), HasSubstr("not verified (config.json has no weights_sha256)"));
 }
 
 TEST_F(ModelCommandsTest, CheckRunsTheModelAndReportsOverflow) {

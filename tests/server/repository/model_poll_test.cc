@@ -39,6 +39,7 @@ using ::attnserve::testing::ExpectedOutput;
 using ::attnserve::testing::kSame;
 using ::attnserve::testing::MaxAbsDiff;
 using ::attnserve::testing::Names;
+using ::attnserve::testing::RemoveWeightsSha256;
 using ::attnserve::testing::SmallConfig;
 using ::attnserve::testing::WriteModel;
 using ::attnserve::testing::WriteTextFile;
@@ -160,6 +161,9 @@ TEST_F(ModelRepositoryTest, PollNoticesAPermissionChange) {
 TEST_F(ModelRepositoryTest, PollNoticesANewInodeWithTheSameSizeAndModificationTime) {
   const ModelConfig config = SmallConfig();
   ASSERT_TRUE(WriteModel(root() / "m", 1, config).ok());
+  // Unverified weights: under config.json's checksum the swapped-in file would (rightly) fail to
+  // load; what is tested here is that the poll notices it at all.
+  RemoveWeightsSha256(root() / "m");
   std::unique_ptr<ModelRepository> repo = OpenRepository();
   ASSERT_NE(repo, nullptr);
   const std::filesystem::path weights = root() / "m" / kWeightsFileName;
@@ -219,9 +223,9 @@ TEST_F(ModelRepositoryTest, PollUnloadsARemovedFolder) {
   ASSERT_TRUE(output.ok() && expected.ok());
   EXPECT_LE(MaxAbsDiff(*output, *expected), kSame);
 
-  // Coming back is a new model: version 1 again.
+  // Coming back is a new load, but not version 1 again: clients saw 1 with other weights.
   ASSERT_TRUE(WriteModel(root() / "gone", 3, config).ok());
-  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("gone loaded v1"));
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("gone loaded v2"));
 }
 
 TEST_F(ModelRepositoryTest, PollUnloadsAFailedModelWhoseFolderIsRemoved) {
@@ -346,6 +350,100 @@ TEST_F(ModelRepositoryTest, PollOfARootThatCannotBeExaminedKeepsEveryModel) {
   std::filesystem::rename(temp_.path() / "moved", root());
   EXPECT_THAT(repo->Poll(), IsEmpty());
   EXPECT_TRUE(repo->scan_status().ok()) << repo->scan_status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Versions: a name's count continues for the life of the repository, so no number a client saw
+// ever names other weights.
+
+TEST_F(ModelRepositoryTest, ARemovedAndRestoredModelContinuesItsVersions) {
+  const ModelConfig config = SmallConfig();
+  ASSERT_TRUE(WriteModel(root() / "m", 1, config).ok());
+  ASSERT_TRUE(WriteModel(root() / "stays", 1, config).ok());
+  std::unique_ptr<ModelRepository> repo = OpenRepository();
+  ASSERT_NE(repo, nullptr);
+  ASSERT_TRUE(WriteModel(root() / "m", 2, config).ok());
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m reloaded v2"));
+
+  // Removed: gone.
+  std::filesystem::remove_all(root() / "m");
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m unloaded v0"));
+  EXPECT_EQ(repo->Get("m").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Names(repo->States()), ElementsAre("stays"));
+
+  // Restored: the next number, with the restored weights.
+  ASSERT_TRUE(WriteModel(root() / "m", 3, config).ok());
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m loaded v3"));
+  absl::StatusOr<std::shared_ptr<const Model>> m = repo->Get("m");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->version, 3);
+  absl::StatusOr<std::vector<float>> output = Compute(*(*m)->layer);
+  absl::StatusOr<std::vector<float>> expected = ExpectedOutput(config, 3);
+  ASSERT_TRUE(output.ok() && expected.ok());
+  EXPECT_LE(MaxAbsDiff(*output, *expected), kSame);
+  // Other names keep their own count.
+  EXPECT_EQ((*repo->Get("stays"))->version, 1);
+
+  // And again, through Reload as well as Poll.
+  std::filesystem::remove_all(root() / "m");
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m unloaded v0"));
+  ASSERT_TRUE(WriteModel(root() / "m", 4, config).ok());
+  ASSERT_TRUE(repo->Reload("m").ok());
+  EXPECT_EQ((*repo->Get("m"))->version, 4);
+  EXPECT_THAT(repo->Poll(), IsEmpty());
+}
+
+TEST_F(ModelRepositoryTest, AFolderReplacedBetweenPollsContinuesItsVersions) {
+  const ModelConfig config = SmallConfig();
+  ASSERT_TRUE(WriteModel(root() / "m", 1, config).ok());
+  std::unique_ptr<ModelRepository> repo = OpenRepository();
+  ASSERT_NE(repo, nullptr);
+  // A whole new folder renamed into place (as a deployment swaps directories).
+  ASSERT_TRUE(WriteModel(root() / ".next", 2, config).ok());
+  std::filesystem::rename(root() / "m", root() / ".old");
+  std::filesystem::rename(root() / ".next", root() / "m");
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m reloaded v2"));
+}
+
+TEST_F(ModelRepositoryTest, FailedLoadsOfARestoredModelUseNoVersion) {
+  ASSERT_TRUE(WriteModel(root() / "m", 1).ok());
+  std::unique_ptr<ModelRepository> repo = OpenRepository();
+  ASSERT_NE(repo, nullptr);
+  std::filesystem::remove_all(root() / "m");
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m unloaded v0"));
+  // Restored broken (an empty folder): a failure with nothing serving, then fixed.
+  ASSERT_TRUE(std::filesystem::create_directories(root() / "m"));
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m failed v0"));
+  EXPECT_EQ(repo->Get("m").status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(WriteModel(root() / "m", 2).ok());
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("m loaded v2"));
+}
+
+// The embedded demo model and a "demo" folder share the name, hence one count.
+TEST_F(ModelRepositoryTest, TheEmbeddedDemoAndADemoFolderShareOneCount) {
+  ASSERT_TRUE(std::filesystem::create_directories(root()));
+  std::unique_ptr<ModelRepository> repo = OpenRepository(DemoModelPolicy::kAlways);
+  ASSERT_NE(repo, nullptr);
+  absl::StatusOr<std::shared_ptr<const Model>> demo = repo->Get("demo");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ((*demo)->source, "embedded");
+  EXPECT_EQ((*demo)->version, 1);
+
+  ASSERT_TRUE(WriteModel(root() / "demo", 7, SmallConfig(32, 4)).ok());
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("demo reloaded v2"));
+  EXPECT_EQ((*repo->Get("demo"))->source, (root() / "demo").string());
+
+  std::filesystem::remove_all(root() / "demo");
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("demo reloaded v3"));
+  demo = repo->Get("demo");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ((*demo)->source, "embedded");
+  EXPECT_EQ((*demo)->version, 3);
+  // The same packed layer as the embedded model's first version: only the number is new.
+  EXPECT_EQ((*demo)->layer, (*model::DemoModel())->layer);
+
+  ASSERT_TRUE(WriteModel(root() / "demo", 8, SmallConfig(32, 4)).ok());
+  EXPECT_THAT(Describe(repo->Poll()), ElementsAre("demo reloaded v4"));
 }
 
 // ---------------------------------------------------------------------------------------------

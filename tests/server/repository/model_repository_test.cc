@@ -160,9 +160,11 @@ TEST_F(ModelRepositoryTest, EmbeddedDemoServesAgainWhenTheDemoFolderIsRemoved) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, ModelEvent::Kind::kReloaded);
   EXPECT_EQ(events[0].name, "demo");
+  EXPECT_EQ(events[0].version, 2) << "the folder's was 1";
   absl::StatusOr<std::shared_ptr<const Model>> demo = repo->Get("demo");
   ASSERT_TRUE(demo.ok()) << demo.status();
   EXPECT_EQ((*demo)->source, "embedded");
+  EXPECT_EQ((*demo)->version, 2);
   EXPECT_EQ((*demo)->config.attention.d_model, 512);
   EXPECT_EQ(folder_demo->config.attention.d_model, 32) << "holders keep their version";
   EXPECT_THAT(repo->Poll(), IsEmpty());
@@ -183,6 +185,7 @@ TEST_F(ModelRepositoryTest, RemovingABrokenDemoFolderClearsItsError) {
   ASSERT_EQ(states.size(), 1u);
   EXPECT_TRUE(states[0].last_error.ok()) << states[0].last_error;
   EXPECT_EQ(states[0].serving->source, "embedded");
+  EXPECT_EQ(states[0].serving->version, 1);
 }
 
 TEST_F(ModelRepositoryTest, RootThatIsAFileIsInvalidArgument) {

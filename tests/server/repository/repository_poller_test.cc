@@ -330,6 +330,14 @@ TEST_F(RepositoryPollerTest, ReadersSeeCompleteModelsWhileThePollerReloads) {
   EXPECT_THAT(errors, IsEmpty());
   for (const ModelEvent& e : log_.events()) {
     EXPECT_EQ(e.name, "m");
+    // WriteModel replaces the weights, then config.json with their digest: a poll between the
+    // two renames sees new weights under the old digest and fails (docs/MODELS.md, "Integrity").
+    // Nothing else may fail.
+    if (e.kind == ModelEvent::Kind::kFailed) {
+      EXPECT_EQ(e.status.code(), absl::StatusCode::kDataLoss) << e.status;
+      EXPECT_GE(e.version, 1) << "a version keeps serving";
+      continue;
+    }
     EXPECT_EQ(e.kind, ModelEvent::Kind::kReloaded) << EventKindName(e.kind) << " " << e.status;
   }
   absl::StatusOr<std::shared_ptr<const Model>> last = repo_->Get("m");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <system_error>
 
@@ -28,6 +29,16 @@ absl::Status WriteModel(const std::filesystem::path& folder, uint64_t seed,
                         const model::ModelConfig& config) {
   return model::WriteModelFolder(folder, config, core::MakeRandomWeights(config.attention, seed),
                                  model::WeightNaming::kSeed, model::TensorDtype::kF32);
+}
+
+void RemoveWeightsSha256(const std::filesystem::path& folder) {
+  const std::filesystem::path path = folder / model::kConfigFileName;
+  std::ifstream in(path, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  absl::StatusOr<model::ModelConfig> config = model::ParseModelConfig(text);
+  ASSERT_TRUE(config.ok()) << path << ": " << config.status();
+  config->weights_sha256.reset();
+  WriteTextFile(path, model::ModelConfigToJson(*config));
 }
 
 void WriteTextFile(const std::filesystem::path& path, const std::string& contents) {

@@ -24,9 +24,14 @@ namespace attnserve::testing {
 // Multi-head with bias; 16 wide with 2 heads unless told otherwise.
 model::ModelConfig SmallConfig(int64_t d_model = 16, int64_t num_heads = 2);
 
-// Writes a model folder with MakeRandomWeights(config.attention, seed), seed naming, F32.
+// Writes a model folder with MakeRandomWeights(config.attention, seed), seed naming, F32, and
+// (as model::WriteModelFolder does) the weights' SHA-256 in config.json.
 absl::Status WriteModel(const std::filesystem::path& folder, uint64_t seed,
                         const model::ModelConfig& config = SmallConfig());
+
+// Rewrites <folder>/config.json without "weights_sha256" (atomically, WriteTextFile), as a model
+// written before checksums existed: its weights load unverified. gtest failures on error.
+void RemoveWeightsSha256(const std::filesystem::path& folder);
 
 // Replaces `path` with `contents` through a temporary file and a rename, so the file gets a new
 // inode (as editors and model::WriteModelFolder do) and Poll notices the change whatever its size.

@@ -15,6 +15,7 @@
 #include "core/model/weight_naming.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/service/server_test_support.h"
+#include "tests/support/file_edit.h"
 
 namespace attnserve::testing {
 namespace {
@@ -105,6 +106,48 @@ TEST_F(ReloadTest, AddedAndRemovedFoldersComeAndGo) {
   const grpc::Status gone = Attend(MakeRequest("late", 2, kSmallWidth, 1), &response);
   EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(gone.error_message(), ::testing::HasSubstr("late"));
+}
+
+// A client that saw version 1 of "late" never sees that number again with other weights: the
+// restored folder serves as version 2, in answers and in GetModel alike.
+TEST_F(ReloadTest, ARestoredFolderContinuesItsVersions) {
+  ASSERT_TRUE(WriteSmall("late", 5).ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 1; }));
+  std::filesystem::remove_all(repository() / "late");
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 0; }));
+
+  ASSERT_TRUE(WriteSmall("late", 6).ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion("late") == 2; }));
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(MakeRequest("late", 2, kSmallWidth, 1), &response).ok());
+  EXPECT_EQ(response.model_version(), 2);
+  grpc::ClientContext context;
+  v1::GetModelRequest request;
+  request.set_name("late");
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub().GetModel(&context, request, &info).ok());
+  EXPECT_EQ(info.version(), 2);
+}
+
+// The hostile-user case: weights zeroed in place under config.json's digest (as every writer
+// records it) are refused; version 1 keeps answering.
+TEST_F(ReloadTest, WeightsDamagedInPlaceKeepTheServingVersion) {
+  const std::filesystem::path weights = repository() / kSmallModel / "weights.safetensors";
+  ZeroInPlace(weights, std::filesystem::file_size(weights) / 2, 64);
+  ASSERT_FALSE(HasFatalFailure());
+  absl::Status error;
+  ASSERT_TRUE(Eventually([&] {
+    for (const repository::ModelState& state : server().lifecycle().States()) {
+      if (state.name == kSmallModel && !state.last_error.ok()) error = state.last_error;
+    }
+    return !error.ok();
+  }));
+  EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss) << error;
+  EXPECT_THAT(std::string(error.message()), ::testing::HasSubstr("SHA-256 mismatch"));
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(MakeRequest(kSmallModel, 3, kSmallWidth, 2), &response).ok());
+  EXPECT_EQ(response.model_version(), 1);
+  EXPECT_EQ(Health(kSmallModel), HealthStatus::SERVING);
 }
 
 TEST_F(ReloadTest, BrokenUpdateKeepsTheServingVersion) {
