@@ -565,6 +565,26 @@ TEST_F(SafetensorsWriterTest, RejectsBadTensors) {
                 {"tensor \"w\"", "negative"});
 }
 
+TEST_F(SafetensorsWriterTest, WritesAnEmptyTensorWhateverItsOtherDimensions) {
+  // The reader accepts [2^32, 2^32, 0] (no elements, 0 bytes); the writer used to multiply the
+  // leading dimensions first and refuse it as "too large".
+  constexpr int64_t kHuge = int64_t{1} << 32;
+  auto serialize = [](std::vector<TensorToWrite> tensors) {
+    return SerializeSafetensors(tensors, {});
+  };
+  auto image = serialize({{.name = "e", .shape = {kHuge, kHuge, 0}, .values = {}}});
+  ASSERT_TRUE(image.ok()) << image.status();
+  auto index = ParseSafetensors(Bytes(*image));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_THAT(index->tensors[0].shape, ElementsAre(kHuge, kHuge, 0));
+  // Still refused: a product past 2^63 with no zero, and values for an empty shape.
+  const std::vector<float> one = {1.0f};
+  ExpectInvalid(serialize({{.name = "w", .shape = {kHuge, kHuge}, .values = one}}).status(),
+                {"tensor \"w\"", "too large"});
+  ExpectInvalid(serialize({{.name = "w", .shape = {kHuge, 0}, .values = one}}).status(),
+                {"tensor \"w\"", "has 0 elements, values has 1"});
+}
+
 TEST_F(SafetensorsWriterTest, ReplacesTheFileAndLeavesNoTemporary) {
   const fs::path path = WriteRaw("out", "old contents");
   ASSERT_TRUE(WriteFileAtomically(path, "new").ok());
