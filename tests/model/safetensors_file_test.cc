@@ -215,6 +215,18 @@ TEST_F(SafetensorsFileTest, AcceptsEmptyIndexAndZeroSizedTensors) {
   EXPECT_TRUE(ReadFloat32(*index->Find("a")).value().empty());
 }
 
+TEST_F(SafetensorsFileTest, ZeroSizedTensorWithHugeDimensionsHasNoElements) {
+  // 0 bytes, so the file is valid; but 2^32 · 2^32 alone overflows int64, and num_elements() used
+  // to multiply its way there (undefined behaviour, reported by UBSan;
+  // tests/fuzz/regressions/safetensors/ holds the fuzzer's input).
+  const std::string image =
+      Image("{" + Entry("e", "BF16", "[4294967296, 4294967296, 0]", "[0, 0]") + "}");
+  auto index = ParseSafetensors(Bytes(image));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->Find("e")->num_elements(), 0);
+  EXPECT_TRUE(ReadFloat32(*index->Find("e")).value().empty());
+}
+
 TEST_F(SafetensorsFileTest, DtypeNamesRoundTrip) {
   for (const char* name : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
                            "I32", "U32", "F32", "F64", "I64", "U64"}) {
