@@ -35,6 +35,10 @@ dev_packages=(
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
   # links the reference BLAS; the OpenBLAS alternative makes it ~20x faster.
   python3 python3-numpy python3-torch libopenblas0-pthread
+  # Fuzzing (deploy/test-fuzz.sh): clang, and libFuzzer with the sanitizer runtimes
+  # (libclang-rt-14-dev, which clang only recommends); libomp-14-dev because clang compiles
+  # OpenMP against LLVM's omp.h and libomp (GCC's libgomp ships no header clang finds).
+  clang libclang-rt-14-dev libomp-14-dev
 )
 container_packages=(
   # podman builds and runs the image; runc, because crun fails on hosts with hybrid cgroups;

@@ -320,9 +320,11 @@ absl::StatusOr<TensorDtype> ParseDtype(std::string_view name) {
 int64_t DtypeSize(TensorDtype dtype) { return Info(dtype).size; }
 
 int64_t TensorView::num_elements() const {
-  int64_t product = 1;
-  for (int64_t dim : shape) product *= dim;
-  return product;
+  // Not a plain running product: ParseSafetensors accepts an empty tensor such as
+  // [2^32, 2^32, 0] (CheckByteCount counts it with CheckedProduct), whose leading dimensions alone
+  // overflow int64, undefined behaviour that UBSan reports (the input is in
+  // tests/fuzz/regressions/safetensors/).
+  return CheckedProduct(shape).value_or(std::numeric_limits<int64_t>::max());
 }
 
 const TensorView* SafetensorsIndex::Find(std::string_view name) const {

@@ -62,7 +62,10 @@ struct TensorView {
   std::vector<int64_t> shape;
   std::span<const std::byte> bytes;
 
-  int64_t num_elements() const;  // Product of shape (1 for a scalar).
+  // Product of shape: 1 for a scalar, 0 when any dimension is 0 whatever the others are (a
+  // parsed [2^32, 2^32, 0] is empty). Always exact for a view from ParseSafetensors; a view built
+  // by hand whose product overflows gets INT64_MAX.
+  int64_t num_elements() const;
 };
 
 // The validated index of a safetensors image. Borrows the image: keep it alive while in use.

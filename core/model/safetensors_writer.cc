@@ -7,6 +7,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "core/model/half_float.h"
+#include "core/util/checked_math.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::model {
@@ -47,17 +49,20 @@ absl::Status CheckTensor(const TensorToWrite& tensor, std::set<std::string>& see
                                     "; expected F32, F16 or BF16"));
   }
   const std::string shape_text = absl::StrCat("[", absl::StrJoin(tensor.shape, ", "), "]");
-  uint64_t elements = 1;
   for (int64_t dim : tensor.shape) {
     if (dim < 0) {
       return TensorError(tensor, absl::StrCat("shape ", shape_text, " has a negative dimension"));
     }
-    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements)) {
-      return TensorError(tensor, absl::StrCat("shape ", shape_text, " is too large"));
-    }
   }
-  if (elements != tensor.values.size()) {
-    return TensorError(tensor, absl::StrCat("shape ", shape_text, " has ", elements,
+  // Counted as the reader counts (CheckedProduct): a zero dimension makes the tensor empty
+  // whatever the others are, so [2^32, 2^32, 0], which the reader accepts, is writable too
+  // (a running product overflowed on its first two dimensions and refused it).
+  const std::optional<int64_t> elements = CheckedProduct(tensor.shape);
+  if (!elements.has_value()) {
+    return TensorError(tensor, absl::StrCat("shape ", shape_text, " is too large"));
+  }
+  if (static_cast<uint64_t>(*elements) != tensor.values.size()) {
+    return TensorError(tensor, absl::StrCat("shape ", shape_text, " has ", *elements,
                                             " elements, values has ", tensor.values.size()));
   }
   return absl::OkStatus();

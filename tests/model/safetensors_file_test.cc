@@ -215,6 +215,18 @@ TEST_F(SafetensorsFileTest, AcceptsEmptyIndexAndZeroSizedTensors) {
   EXPECT_TRUE(ReadFloat32(*index->Find("a")).value().empty());
 }
 
+TEST_F(SafetensorsFileTest, ZeroSizedTensorWithHugeDimensionsHasNoElements) {
+  // 0 bytes, so the file is valid; but 2^32 · 2^32 alone overflows int64, and num_elements() used
+  // to multiply its way there (undefined behaviour, reported by UBSan;
+  // tests/fuzz/regressions/safetensors/ holds the fuzzer's input).
+  const std::string image =
+      Image("{" + Entry("e", "BF16", "[4294967296, 4294967296, 0]", "[0, 0]") + "}");
+  auto index = ParseSafetensors(Bytes(image));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->Find("e")->num_elements(), 0);
+  EXPECT_TRUE(ReadFloat32(*index->Find("e")).value().empty());
+}
+
 TEST_F(SafetensorsFileTest, DtypeNamesRoundTrip) {
   for (const char* name : {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
                            "I32", "U32", "F32", "F64", "I64", "U64"}) {
@@ -563,6 +575,26 @@ TEST_F(SafetensorsWriterTest, RejectsBadTensors) {
   ExpectInvalid(serialize({{.name = "__metadata__", .shape = {3}, .values = three}}), {"reserved"});
   ExpectInvalid(serialize({{.name = "w", .shape = {-1, -3}, .values = three}}),
                 {"tensor \"w\"", "negative"});
+}
+
+TEST_F(SafetensorsWriterTest, WritesAnEmptyTensorWhateverItsOtherDimensions) {
+  // The reader accepts [2^32, 2^32, 0] (no elements, 0 bytes); the writer used to multiply the
+  // leading dimensions first and refuse it as "too large".
+  constexpr int64_t kHuge = int64_t{1} << 32;
+  auto serialize = [](std::vector<TensorToWrite> tensors) {
+    return SerializeSafetensors(tensors, {});
+  };
+  auto image = serialize({{.name = "e", .shape = {kHuge, kHuge, 0}, .values = {}}});
+  ASSERT_TRUE(image.ok()) << image.status();
+  auto index = ParseSafetensors(Bytes(*image));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_THAT(index->tensors[0].shape, ElementsAre(kHuge, kHuge, 0));
+  // Still refused: a product past 2^63 with no zero, and values for an empty shape.
+  const std::vector<float> one = {1.0f};
+  ExpectInvalid(serialize({{.name = "w", .shape = {kHuge, kHuge}, .values = one}}).status(),
+                {"tensor \"w\"", "too large"});
+  ExpectInvalid(serialize({{.name = "w", .shape = {kHuge, 0}, .values = one}}).status(),
+                {"tensor \"w\"", "has 0 elements, values has 1"});
 }
 
 TEST_F(SafetensorsWriterTest, ReplacesTheFileAndLeavesNoTemporary) {
