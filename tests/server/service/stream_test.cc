@@ -429,6 +429,12 @@ TEST_F(StreamTest, AllStreamsTogetherStopReadingAtTheServersUnsentBytesBudget) {
     ASSERT_NO_FATAL_FAILURE(wait_for_queue(3));
     Writer b_writer(b.get(), b_requests, /*writes_done=*/false);
     ASSERT_NO_FATAL_FAILURE(wait_for_queue(4));
+    // A message is queued before its stream books its answer's bytes (once Submit returns).
+    const absl::Time give_up = absl::Now() + kPatience;
+    while (server().service().StreamUnsentBytes() < 4 * kAnswerBytes) {
+      ASSERT_LT(absl::Now(), give_up) << server().service().StreamUnsentBytes();
+      std::this_thread::yield();
+    }
     EXPECT_EQ(server().service().StreamUnsentBytes(), 4 * kAnswerBytes);
     Notification stopped;
     std::thread stopper([&] {
