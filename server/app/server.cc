@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/onednn_support.h"
 #include "server/app/accept_guard.h"
+#include "server/app/memory_trimmer.h"
 #include "server/batching/batching_options.h"
 #include "server/runtime/compute_budget.h"
 #include "spdlog/spdlog.h"
@@ -48,6 +49,11 @@ absl::Status ValidateOptions(const ServerOptions& options) {
   if (options.max_streams_unsent_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_streams_unsent_bytes: expected >= 1, got ",
                                                    options.max_streams_unsent_bytes));
+  }
+  if (options.malloc_trim_interval_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malloc_trim_interval_ms: expected >= 0 (0 = never), got ",
+                     options.malloc_trim_interval_ms));
   }
   if (options.grpc_memory_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -282,6 +288,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
     return absl::UnavailableError(absl::StrCat("grpc_address: cannot listen on \"",
                                                options.grpc_address,
                                                "\" (in use, or not a host:port this machine has)"));
+  }
+
+  if (options.malloc_trim_interval_ms > 0) {
+    server->trimmer_ =
+        std::make_unique<MemoryTrimmer>(absl::Milliseconds(options.malloc_trim_interval_ms));
   }
 
   // Scrapes read the router: expose only now that everything exists.

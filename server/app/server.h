@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/util/notification.h"
+#include "server/app/memory_trimmer.h"
 #include "server/app/server_options.h"
 #include "server/metrics/metrics_exposer.h"
 #include "server/metrics/server_metrics.h"
@@ -83,6 +84,7 @@ class Server {
   std::unique_ptr<ModelLifecycle> lifecycle_;
   std::unique_ptr<AttentionService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<MemoryTrimmer> trimmer_;  // Null when malloc_trim_interval_ms is 0.
   // Last: scrapes read the router and the lifecycle, so the exposer stops first.
   std::unique_ptr<metrics::MetricsExposer> exposer_;
   int port_ = 0;

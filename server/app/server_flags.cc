@@ -123,6 +123,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "(GOAWAY; clients reconnect on their next call; 0 = never)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  app.add_option("--malloc-trim-interval-s", flags.malloc_trim_interval_s,
+                 "Seconds between hand-backs of the allocator's free memory to the system, so "
+                 "resident memory falls after a burst (0 = never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--keepalive-time-s", flags.keepalive_time_s,
                  "Seconds of silence after which the server pings a connection")
       ->check(CLI::Range(1.0, 86400.0))
@@ -174,6 +179,8 @@ void FinishServerFlags(ServerFlags& flags) {
       static_cast<int64_t>(std::llround(flags.max_connection_age_grace_s * 1000.0));
   flags.server.max_connection_idle_ms =
       static_cast<int64_t>(std::llround(flags.max_connection_idle_s * 1000.0));
+  flags.server.malloc_trim_interval_ms =
+      static_cast<int64_t>(std::llround(flags.malloc_trim_interval_s * 1000.0));
   flags.server.keepalive_time_ms =
       static_cast<int64_t>(std::llround(flags.keepalive_time_s * 1000.0));
   flags.server.keepalive_timeout_ms =

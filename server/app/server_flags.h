@@ -21,6 +21,7 @@ struct ServerFlags {
   double max_connection_age_s = 0.0;
   double max_connection_age_grace_s = 30.0;
   double max_connection_idle_s = 300.0;
+  double malloc_trim_interval_s = 10.0;
   double keepalive_time_s = 60.0;
   double keepalive_timeout_s = 20.0;
   std::string log_level = "info";

@@ -68,6 +68,9 @@ struct ServerOptions {
   // in bytes: its resource quota. Under pressure gRPC shrinks buffers and refuses new streams
   // rather than grow. 0 = gRPC's default (no quota).
   int64_t grpc_memory_bytes = int64_t{512} << 20;
+  // How often the allocator's free memory is handed back to the system (memory_trimmer.h), in
+  // milliseconds; 0 = never.
+  int64_t malloc_trim_interval_ms = 10000;
   // A connection that has not finished its HTTP/2 (and TLS) handshake in this long is closed.
   int64_t handshake_timeout_ms = 10000;
 };
