@@ -30,11 +30,8 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
   // Before FinishCall: the meter, when it can only start once the request is parsed.
   void set_meter(RequestMeter meter) { meter_ = meter; }
 
-  // For Attend, whose messages travel as bytes: the parsed request, and the response that
-  // FinishCall serialises into `wire_response` (gRPC's, alive until OnDone) when the call is OK.
-  v1::AttendRequest& request() { return request_; }
-  // Frees the parsed request (its tensors' memory too, which Clear() would keep).
-  void ReleaseRequest() { v1::AttendRequest().Swap(&request_); }
+  // For Attend, whose messages travel as bytes: the response that FinishCall serialises into
+  // `wire_response` (gRPC's, alive until OnDone) when the call is OK.
   v1::AttendResponse& response() { return response_; }
   void set_wire_response(grpc::ByteBuffer* wire_response) { wire_response_ = wire_response; }
 
@@ -59,7 +56,6 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
  private:
   OpenCalls* const open_calls_;
   RequestMeter meter_;
-  v1::AttendRequest request_;
   v1::AttendResponse response_;
   grpc::ByteBuffer* wire_response_ = nullptr;
 };
@@ -86,11 +82,14 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
                                                    const grpc::ByteBuffer* request_bytes,
                                                    grpc::ByteBuffer* response_bytes) {
   auto* reactor = new UnaryReactor(&open_calls_, RequestMeter());
-  const absl::Status parsed = ParseWireMessage(*request_bytes, "request", &reactor->request());
-  // gRPC keeps the request's bytes until the call ends, and the parsed request lives in the
-  // reactor until then too; the queued task holds its own copy of the inputs (what the queues'
-  // byte budgets count). Free both once done with, so a queued request holds its inputs once,
-  // not three times. gRPC does not read the buffer again; it only destroys it.
+  // Parsed into a local, freed when the handler returns: the queued task holds its own copy of
+  // the inputs (what the queues' byte budgets count). For the same reason gRPC's copy of the
+  // bytes, which it keeps until the call ends, is freed once parsed (gRPC does not read the
+  // buffer again; it only destroys it). A queued request so holds its inputs once, not three
+  // times. (Nothing may be written to the reactor once Submit has returned OK: the answer can
+  // finish the call meanwhile.)
+  v1::AttendRequest request;
+  const absl::Status parsed = ParseWireMessage(*request_bytes, "request", &request);
   const_cast<grpc::ByteBuffer*>(request_bytes)->Clear();
   if (!parsed.ok()) {
     // No model to count it under: the unknown model's series.
@@ -99,7 +98,6 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
     reactor->FinishCall(ToGrpcStatus(parsed));
     return reactor;
   }
-  const v1::AttendRequest& request = reactor->request();
   reactor->set_meter(submitter_.StartMeter(metrics::Method::kAttend, request.model()));
   reactor->set_wire_response(response_bytes);
   absl::Status scheduled = submitter_.Submit(
@@ -121,8 +119,6 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
                   EchoForMessage(request.request_id()), scheduled.ToString());
     reactor->FinishCall(ToGrpcStatus(scheduled));
   }
-  // The task (or the error) no longer needs it; a concurrent FinishCall touches only response().
-  reactor->ReleaseRequest();
   return reactor;
 }
 
