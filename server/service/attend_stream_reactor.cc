@@ -61,17 +61,19 @@ void AttendStreamReactor::OnReadDone(bool ok) {
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
-    const absl::Status parsed = ParseWireMessage(request_, "message", &message_);
+    // A local, freed when this reaction ends: the task holds its own copy of the inputs.
+    v1::AttendRequest message;
+    const absl::Status parsed = ParseWireMessage(request_, "message", &message);
     request_.Clear();  // Parsed: the bytes need not wait for the next read to be freed.
     // An unparseable message names no model: it counts under the unknown model's series.
     RequestMeter meter = submitter_->StartMeter(
-        metrics::Method::kAttendStream, parsed.ok() ? message_.model() : metrics::kUnknownModel);
+        metrics::Method::kAttendStream, parsed.ok() ? message.model() : metrics::kUnknownModel);
     int64_t reserved = 0;
     absl::Status scheduled =
         !parsed.ok()
             ? parsed
             : submitter_->Submit(
-                  message_, context_,
+                  message, context_,
                   [this, meter](const AttendWork& work,
                                 absl::StatusOr<AttendResult> result) mutable {
                     v1::AttendResponse response;
@@ -89,13 +91,11 @@ void AttendStreamReactor::OnReadDone(bool ok) {
     if (!scheduled.ok()) {
       // Still counted in in_flight_ until its error answer is written.
       v1::AttendResponse response;
-      FillErrorResponse(parsed.ok() ? message_.model() : "",
-                        parsed.ok() ? message_.request_id() : "", scheduled, &response);
+      FillErrorResponse(parsed.ok() ? message.model() : "", parsed.ok() ? message.request_id() : "",
+                        scheduled, &response);
       meter.Record(ErrorCodeOf(response));
       refusal = Serialized(response);
     }
-    // The task holds its own copy of the inputs: free the parsed message's (Clear() keeps them).
-    v1::AttendRequest().Swap(&message_);
     std::lock_guard<std::mutex> lock(mu_);
     if (scheduled.ok()) {
       AddUnsentLocked(reserved);

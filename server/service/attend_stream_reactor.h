@@ -74,8 +74,7 @@ class AttendStreamReactor final
   StreamRegistry* const streams_;
   grpc::CallbackServerContext* const context_;
   const int64_t max_unsent_bytes_;
-  grpc::ByteBuffer request_;   // The read buffer; only touched between StartRead and OnReadDone.
-  v1::AttendRequest message_;  // request_ parsed; only touched in OnReadDone.
+  grpc::ByteBuffer request_;  // The read buffer; only touched between StartRead and OnReadDone.
 
   std::mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
