@@ -244,6 +244,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   server->service_ = std::make_unique<AttentionService>(
       &server->router_, batching::RealClock::Default(), server->metrics_.get(),
       options.max_stream_unsent_bytes, options.max_streams_unsent_bytes);
+  // The Open Inference Protocol on the same port, through the same submitter and drain.
+  server->inference_service_ = std::make_unique<InferenceService>(
+      &server->service_->submitter(), &server->service_->open_calls(),
+      InferenceServerIdentity{.name = "attnserve", .version = ATTNSERVE_VERSION});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -255,6 +259,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->inference_service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   // Connections that cannot be abused: idle ones close, silent ones are pinged (and clients may
@@ -301,6 +306,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kServiceHealthName, true);
+  health->SetServingStatus(kInferenceHealthName, true);
   for (const ModelRoute& route : server->router_.Routes()) {
     health->SetServingStatus(route.model->name, true);
   }

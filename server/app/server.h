@@ -22,6 +22,7 @@
 #include "server/runtime/model_lifecycle.h"
 #include "server/runtime/model_router.h"
 #include "server/service/attention_service.h"
+#include "server/service/inference_service.h"
 
 namespace grpc {
 class Server;
@@ -31,6 +32,8 @@ namespace attnserve::server {
 
 // The name under which health reports the whole server, besides "" (gRPC's convention).
 inline constexpr char kServiceHealthName[] = "attnserve.v1.AttentionService";
+// The Open Inference Protocol's service, in the health service likewise.
+inline constexpr char kInferenceHealthName[] = "inference.GRPCInferenceService";
 
 class Server {
  public:
@@ -83,6 +86,7 @@ class Server {
   ModelRouter router_;
   std::unique_ptr<ModelLifecycle> lifecycle_;
   std::unique_ptr<AttentionService> service_;
+  std::unique_ptr<InferenceService> inference_service_;  // Shares service_'s submitter.
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MemoryTrimmer> trimmer_;  // Null when malloc_trim_interval_ms is 0.
   // Last: scrapes read the router and the lifecycle, so the exposer stops first.

@@ -28,8 +28,8 @@ prometheus::ClientMetric GaugeSample(const std::string& model, double value) {
 }  // namespace
 
 std::string_view MethodName(Method method) {
-  static constexpr std::string_view kNames[kNumMethods] = {"Attend", "AttendStream", "ListModels",
-                                                           "GetModel"};
+  static constexpr std::string_view kNames[kNumMethods] = {
+      "Attend", "AttendStream", "ListModels", "GetModel", "ModelInfer", "ModelMetadata"};
   return kNames[static_cast<int>(method)];
 }
 
@@ -92,9 +92,10 @@ ModelMetrics::ModelMetrics(ServerMetrics* owner, std::string name)
   batch_tokens_ = &owner->batch_tokens_->Add(labels, BatchTokenBuckets());
   tokens_ = &owner->tokens_->Add(labels);
   load_failures_ = &owner->load_failures_->Add(labels);
-  // A model's successful Attend and AttendStream series exist from its load on, at zero, so that
-  // rate() and histogram_quantile() see their first requests (a series born at 1 has no increase).
-  for (Method method : {Method::kAttend, Method::kAttendStream}) {
+  // A model's successful Attend, AttendStream and ModelInfer series exist from its load on, at
+  // zero, so that rate() and histogram_quantile() see their first requests (a series born at 1 has
+  // no increase).
+  for (Method method : {Method::kAttend, Method::kAttendStream, Method::kModelInfer}) {
     RequestCounter(method, grpc::StatusCode::OK);
     DurationHistogram(method);
   }

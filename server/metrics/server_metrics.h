@@ -45,8 +45,17 @@ namespace attnserve::server::metrics {
 inline constexpr char kUnknownModel[] = "<unknown>";
 
 // The RPC methods counted in attnserve_requests_total{method}.
-enum class Method { kAttend = 0, kAttendStream, kListModels, kGetModel };
-inline constexpr int kNumMethods = 4;
+// kModelInfer and kModelMetadata: the Open Inference Protocol's inference and metadata calls
+// (inference.GRPCInferenceService), labelled apart from attnserve.v1's.
+enum class Method {
+  kAttend = 0,
+  kAttendStream,
+  kListModels,
+  kGetModel,
+  kModelInfer,
+  kModelMetadata
+};
+inline constexpr int kNumMethods = 6;
 std::string_view MethodName(Method method);
 // gRPC's name of `code` ("OK", "INVALID_ARGUMENT", ...).
 std::string StatusCodeName(grpc::StatusCode code);

@@ -68,22 +68,41 @@ absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,
   absl::StatusOr<AttendWork> work = ParseAttendRequest(request, route->model, route->limits);
   if (!work.ok()) return work.status();
   if (response_bytes != nullptr) *response_bytes = work->response_bytes();
+  return Schedule(*route, *std::move(work), context, std::move(done));
+}
+
+absl::Status AttendSubmitter::SubmitParsed(std::string_view model_name, const ParseFunction& parse,
+                                           grpc::CallbackServerContext* context,
+                                           AttendTask::DoneCallback done) {
+  if (draining()) {
+    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+  }
+  absl::StatusOr<ModelRoute> route = router_->Route(model_name);
+  if (!route.ok()) return route.status();
+  absl::StatusOr<AttendWork> work = parse(*route);
+  if (!work.ok()) return work.status();
+  return Schedule(*route, *std::move(work), context, std::move(done));
+}
+
+absl::Status AttendSubmitter::Schedule(const ModelRoute& route, AttendWork work,
+                                       grpc::CallbackServerContext* context,
+                                       AttendTask::DoneCallback done) {
+  // Copied first: once scheduled, the answer may finish the call and free the request.
+  const std::string request_id = work.request_id;
   auto task = std::make_unique<AttendTask>(
-      *std::move(work), DeadlineMicros(*context), [context] { return context->IsCancelled(); },
+      std::move(work), DeadlineMicros(*context), [context] { return context->IsCancelled(); },
       std::move(done));
-  // Copied first: once scheduled, the answer may finish the call and free `request`.
-  const std::string request_id = request.request_id();
-  absl::Status scheduled = route->queue->Schedule(&task);
+  absl::Status scheduled = route.queue->Schedule(&task);
   if (!scheduled.ok()) {
     // The queue did not take the task: it must not answer through `done` (the caller answers).
     task->Release();
     return absl::Status(scheduled.code(),
-                        absl::StrCat("model \"", route->model->name, "\": ", scheduled.message(),
+                        absl::StrCat("model \"", route.model->name, "\": ", scheduled.message(),
                                      scheduled.code() == absl::StatusCode::kResourceExhausted
                                          ? "; retry with backoff"
                                          : ""));
   }
-  spdlog::debug("queued model={} request_id={}", route->model->name, request_id);
+  spdlog::debug("queued model={} request_id={}", route.model->name, request_id);
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -43,6 +44,13 @@ class AttendSubmitter {
   absl::Status Submit(const v1::AttendRequest& request, grpc::CallbackServerContext* context,
                       AttendTask::DoneCallback done, int64_t* response_bytes = nullptr);
 
+  // Turns a request of another wire protocol into an AttendWork for the model it was routed to.
+  using ParseFunction = std::function<absl::StatusOr<AttendWork>(const ModelRoute& route)>;
+  // As Submit, for any wire protocol: routes `model_name` ("" = the default model), validates
+  // with `parse`, and schedules the work in the same queue as Submit's.
+  absl::Status SubmitParsed(std::string_view model_name, const ParseFunction& parse,
+                            grpc::CallbackServerContext* context, AttendTask::DoneCallback done);
+
   // Starts timing a request for `model_name` as sent ("" = the default model).
   RequestMeter StartMeter(metrics::Method method, std::string_view model_name) const;
 
@@ -54,6 +62,9 @@ class AttendSubmitter {
   const ModelRouter& router() const { return *router_; }
 
  private:
+  // Schedules validated `work` in `route`'s queue (shared tail of Submit and SubmitParsed).
+  absl::Status Schedule(const ModelRoute& route, AttendWork work,
+                        grpc::CallbackServerContext* context, AttendTask::DoneCallback done);
   // The deadline of `context` on the scheduler clock (INT64_MAX when none).
   int64_t DeadlineMicros(const grpc::CallbackServerContext& context) const;
 

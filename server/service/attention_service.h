@@ -63,6 +63,9 @@ class AttentionService final : public AttentionServiceBase {
   int64_t StreamUnsentBytes() const { return streams_.UnsentBytes(); }
   // Every call of this service that gRPC has not completed yet (unary and streams).
   OpenCalls& open_calls() { return open_calls_; }
+  // The request path, shared with the Open Inference Protocol's service (inference_service.h) so
+  // that both protocols use the same queues, limits, metrics and drain.
+  AttendSubmitter& submitter() { return submitter_; }
 
  private:
   OpenCalls open_calls_;  // First: the registry counts into it.
