@@ -35,6 +35,9 @@ dev_packages=(
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
   # links the reference BLAS; the OpenBLAS alternative makes it ~20x faster.
   python3 python3-numpy python3-torch libopenblas0-pthread
+  # The Python client (client/python, pip-installed from the repository without an index) and the
+  # Open Inference Protocol test: gRPC, protobuf, grpc_tools.protoc to generate stubs, pip.
+  python3-grpcio python3-grpc-tools python3-protobuf python3-pip python3-setuptools
   # Fuzzing (deploy/test-fuzz.sh): clang, and libFuzzer with the sanitizer runtimes
   # (libclang-rt-14-dev, which clang only recommends); libomp-14-dev because clang compiles
   # OpenMP against LLVM's omp.h and libomp (GCC's libgomp ships no header clang finds).
