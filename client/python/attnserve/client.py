@@ -1,0 +1,273 @@
+"""Client and AsyncClient: attnserve.v1's Attend, ListModels, GetModel and gRPC health.
+
+Tensors travel as raw little-endian float32 bytes (Tensor.raw). A list of [T_i, d] arrays is sent
+as one padded [B, max T, d] request with lengths, and answered as a list again. Calls that fail
+with UNAVAILABLE or RESOURCE_EXHAUSTED (server busy, restarting, draining) are retried with
+exponential backoff, `retries` times at most, within the call's deadline.
+"""
+import asyncio
+import dataclasses
+import random
+import time
+
+import grpc
+import numpy as np
+
+from attnserve.v1 import attention_pb2 as pb
+from attnserve.v1 import attention_pb2_grpc as pb_grpc
+
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_MAX_MESSAGE_BYTES = 256 << 20
+
+
+class AttnserveError(Exception):
+    """A failed call: `code` (grpc.StatusCode) and `message`, the server's explanation."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    d_model: int
+    num_heads: int
+    variant: str
+    dtype: str
+    version: int
+    is_default: bool
+    max_sequence_length: int
+
+
+def _model_info(info):
+    return ModelInfo(info.name, info.d_model, info.num_heads, info.variant, info.dtype,
+                     info.version, info.is_default, info.max_sequence_length)
+
+
+def _tensor(array, name):
+    array = np.asarray(array)
+    if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
+        raise TypeError(f"{name}: expected a numeric array, got dtype {array.dtype}")
+    array = np.ascontiguousarray(array, dtype="<f4")
+    return pb.Tensor(shape=list(array.shape), raw=array.tobytes())
+
+
+def _pad(sequences, name):
+    """A list of [T_i, d] arrays -> ([B, max T, d] float32, lengths)."""
+    arrays = [np.asarray(s, dtype=np.float32) for s in sequences]
+    if not arrays or any(a.ndim != 2 for a in arrays):
+        raise ValueError(f"{name}: expected a non-empty list of [T_i, d_model] arrays")
+    width = arrays[0].shape[1]
+    if any(a.shape[1] != width for a in arrays):
+        raise ValueError(f"{name}: expected every sequence to have d_model {width}")
+    longest = max(a.shape[0] for a in arrays)
+    padded = np.zeros((len(arrays), longest, width), dtype=np.float32)
+    for i, a in enumerate(arrays):
+        padded[i, :a.shape[0]] = a
+    return padded, [a.shape[0] for a in arrays]
+
+
+@dataclasses.dataclass
+class _Call:
+    request: object
+    lengths: list = None  # set when the input was a list: answers are unpadded into a list
+
+
+def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weights, lengths,
+                    memory_lengths, request_id):
+    request = pb.AttendRequest(model=model, raw_output=True, request_id=request_id,
+                               return_weights=return_weights,
+                               mask=pb.MASK_CAUSAL if causal else pb.MASK_NONE)
+    listed = isinstance(x, (list, tuple))
+    if listed:
+        x, lengths = _pad(x, "x")
+        if isinstance(memory, (list, tuple)):
+            memory, memory_lengths = _pad(memory, "memory")
+    request.input.CopyFrom(_tensor(x, "x"))
+    if memory is not None:
+        request.memory.CopyFrom(_tensor(memory, "memory"))
+    if lengths is not None:
+        request.lengths.extend(int(n) for n in lengths)
+    if memory_lengths is not None:
+        request.memory_lengths.extend(int(n) for n in memory_lengths)
+    if attn_mask is not None:
+        # attnserve's convention: non-zero / True = may attend, 0 / False = blocked.
+        request.attn_mask.CopyFrom(_tensor(np.asarray(attn_mask) != 0, "attn_mask"))
+    if head_mask is not None:
+        request.head_mask.extend(bool(h) for h in head_mask)
+    return _Call(request, lengths if listed else None)
+
+
+def _answer(call, response, return_weights):
+    def array(tensor):
+        return np.frombuffer(tensor.raw, dtype="<f4").reshape(tuple(tensor.shape)).copy()
+
+    output = array(response.output)
+    weights = array(response.weights) if return_weights else None
+    if call.lengths is not None:
+        memory_lengths = list(call.request.memory_lengths) or call.lengths
+        output = [output[i, :n] for i, n in enumerate(call.lengths)]
+        if weights is not None:
+            weights = [weights[i, :, :n, :memory_lengths[i]] for i, n in enumerate(call.lengths)]
+    return (output, weights) if return_weights else output
+
+
+def _health_request(service):
+    data = service.encode()
+    if len(data) > 127:
+        raise ValueError("service: expected a name of at most 127 bytes")
+    return (b"\x0a" + bytes([len(data)]) + data) if data else b""
+
+
+def _is_serving(response):
+    # HealthCheckResponse{status = 1}: SERVING is 1; field 1 absent means UNKNOWN (0).
+    return response == b"\x08\x01"
+
+
+class _Retrying:
+    def __init__(self, retries, backoff_s):
+        self.retries = retries
+        self.backoff_s = backoff_s
+
+    def delays(self, deadline):
+        """Backoff delays before each retry, stopping at `deadline` (time.monotonic, or None)."""
+        for attempt in range(self.retries):
+            delay = self.backoff_s * (2 ** attempt) * (0.5 + random.random())
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                return
+            yield delay
+
+
+def _remaining(deadline):
+    # Never 0: gRPC Python takes a zero timeout as none at all.
+    return None if deadline is None else max(1e-6, deadline - time.monotonic())
+
+
+class Client:
+    """A blocking client of one attnserve target ("host:port"). Thread-safe; one channel.
+
+    timeout_s: default deadline of each call (None = none). retries / backoff_s: see above.
+    """
+
+    def __init__(self, target, model="", timeout_s=None, retries=3, backoff_s=0.05,
+                 credentials=None, options=()):
+        opts = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), *options]
+        self._channel = (grpc.secure_channel(target, credentials, opts) if credentials
+                         else grpc.insecure_channel(target, opts))
+        self._stub = pb_grpc.AttentionServiceStub(self._channel)
+        self._health = self._channel.unary_unary(_HEALTH_CHECK)
+        self.model = model
+        self.timeout_s = timeout_s
+        self._retry = _Retrying(retries, backoff_s)
+
+    def _call(self, method, request, timeout_s):
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delays = self._retry.delays(deadline)
+        while True:
+            try:
+                return method(request, timeout=_remaining(deadline))
+            except grpc.RpcError as error:
+                delay = next(delays, None) if error.code() in _RETRYABLE else None
+                if delay is None:
+                    raise AttnserveError(error.code(), error.details()) from None
+                time.sleep(delay)
+
+    def attend(self, x, memory=None, causal=False, attn_mask=None, head_mask=None,
+               return_weights=False, lengths=None, memory_lengths=None, model=None,
+               timeout_s=None, request_id=""):
+        """Attention over x ([T, d], [B, T, d], or a list of [T_i, d]); returns the output in
+        x's form, or (output, weights) when return_weights. memory: cross-attention keys/values
+        (same form as x). attn_mask: [T, S] / [B, T, S], non-zero = may attend. head_mask: one
+        flag per head."""
+        call = _attend_request(self.model if model is None else model, x, memory, causal,
+                               attn_mask, head_mask, return_weights, lengths, memory_lengths,
+                               request_id)
+        response = self._call(self._stub.Attend, call.request, timeout_s)
+        return _answer(call, response, return_weights)
+
+    def models(self, timeout_s=None):
+        """Every serving model, sorted by name."""
+        response = self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout_s)
+        return [_model_info(m) for m in response.models]
+
+    def model_info(self, name="", timeout_s=None):
+        return _model_info(self._call(self._stub.GetModel, pb.GetModelRequest(name=name),
+                                      timeout_s))
+
+    def health(self, service="", timeout_s=None):
+        """Whether `service` ("" = the server; or a model name) is SERVING."""
+        return _is_serving(self._call(self._health, _health_request(service), timeout_s))
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class AsyncClient:
+    """Client's asyncio twin (grpc.aio): the same methods, as coroutines. Use from one loop."""
+
+    def __init__(self, target, model="", timeout_s=None, retries=3, backoff_s=0.05,
+                 credentials=None, options=()):
+        opts = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), *options]
+        self._channel = (grpc.aio.secure_channel(target, credentials, opts) if credentials
+                         else grpc.aio.insecure_channel(target, opts))
+        self._stub = pb_grpc.AttentionServiceStub(self._channel)
+        self._health = self._channel.unary_unary(_HEALTH_CHECK)
+        self.model = model
+        self.timeout_s = timeout_s
+        self._retry = _Retrying(retries, backoff_s)
+
+    async def _call(self, method, request, timeout_s):
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delays = self._retry.delays(deadline)
+        while True:
+            try:
+                return await method(request, timeout=_remaining(deadline))
+            except grpc.RpcError as error:
+                delay = next(delays, None) if error.code() in _RETRYABLE else None
+                if delay is None:
+                    raise AttnserveError(error.code(), error.details()) from None
+                await asyncio.sleep(delay)
+
+    async def attend(self, x, memory=None, causal=False, attn_mask=None, head_mask=None,
+                     return_weights=False, lengths=None, memory_lengths=None, model=None,
+                     timeout_s=None, request_id=""):
+        call = _attend_request(self.model if model is None else model, x, memory, causal,
+                               attn_mask, head_mask, return_weights, lengths, memory_lengths,
+                               request_id)
+        response = await self._call(self._stub.Attend, call.request, timeout_s)
+        return _answer(call, response, return_weights)
+
+    async def models(self, timeout_s=None):
+        response = await self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout_s)
+        return [_model_info(m) for m in response.models]
+
+    async def model_info(self, name="", timeout_s=None):
+        return _model_info(await self._call(self._stub.GetModel, pb.GetModelRequest(name=name),
+                                            timeout_s))
+
+    async def health(self, service="", timeout_s=None):
+        return _is_serving(await self._call(self._health, _health_request(service), timeout_s))
+
+    async def close(self):
+        await self._channel.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+        return False

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""The Python package (client/python, pip-installed into a temporary folder) against a live
+attnserve: numpy and torch parity with PyTorch's own MultiheadAttention of the same weights,
+variable lengths, errors, asyncio, retries.
+
+  client_test.py --attnserve build/server/attnserve --root .
+"""
+import argparse
+import asyncio
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import grpc
+import numpy as np
+import torch
+
+ARGS = None
+D_MODEL, HEADS = 32, 4
+
+
+class PackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        site = os.path.join(cls.tmp.name, "site")
+        # As a user installs it: pip from the repository, no index, Debian's packages.
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
+                        "--no-deps", "--no-index", "--target", site,
+                        os.path.join(ARGS.root, "client", "python")], check=True,
+                       env={**os.environ, "PIP_ROOT_USER_ACTION": "ignore"})
+        sys.path.insert(0, site)
+        sys.path.insert(0, os.path.join(ARGS.root, "tools"))
+        sys.path.insert(0, os.path.join(ARGS.root, "tests", "oip"))
+        cls.attnserve = importlib.import_module("attnserve")
+        cls.remote = importlib.import_module("attnserve.torch")
+        export_torch = importlib.import_module("export_torch")
+        torch.manual_seed(7)
+        cls.mha = torch.nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True).eval()
+        repository = os.path.join(cls.tmp.name, "models")
+        export_torch.export_mha(cls.mha, os.path.join(repository, "mha"))
+        live_server = importlib.import_module("live_server")
+        cls.server = live_server.LiveServer(ARGS.attnserve, "--model-repository", repository)
+        cls.server.__enter__()
+        cls.client = cls.attnserve.Client(cls.server.target, timeout_s=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.__exit__(None, None, None)
+        cls.tmp.cleanup()
+
+    def local(self, x, memory=None, **kwargs):
+        x = torch.from_numpy(x)
+        memory = x if memory is None else torch.from_numpy(memory)
+        with torch.no_grad():
+            output, weights = self.mha(x, memory, memory, **kwargs)
+        return output.numpy(), (None if weights is None else weights.numpy())
+
+    def test_models_and_health(self):
+        self.assertEqual([m.name for m in self.client.models()], ["mha"])
+        info = self.client.model_info("mha")
+        self.assertEqual((info.d_model, info.num_heads), (D_MODEL, HEADS))
+        self.assertTrue(self.client.health())
+        self.assertTrue(self.client.health("mha"))
+
+    def test_numpy_parity_with_torch(self):
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal((2, 6, D_MODEL)).astype(np.float32)
+        memory = rng.standard_normal((2, 9, D_MODEL)).astype(np.float32)
+        output, weights = self.client.attend(x, memory=memory, return_weights=True)
+        expected, expected_weights = self.local(x, memory, average_attn_weights=False)
+        np.testing.assert_allclose(output, expected, atol=1e-4)
+        np.testing.assert_allclose(weights, expected_weights, atol=1e-4)
+        causal = self.client.attend(x, causal=True)
+        mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
+        np.testing.assert_allclose(causal, self.local(x, attn_mask=mask)[0], atol=1e-4)
+
+    def test_variable_lengths(self):
+        rng = np.random.default_rng(2)
+        sequences = [rng.standard_normal((n, D_MODEL)).astype(np.float32) for n in (3, 7, 1)]
+        outputs = self.client.attend(sequences)
+        self.assertEqual([o.shape for o in outputs], [(3, D_MODEL), (7, D_MODEL), (1, D_MODEL)])
+        for sequence, output in zip(sequences, outputs):
+            np.testing.assert_allclose(output, self.local(sequence[None])[0][0], atol=1e-4)
+
+    def test_errors_carry_code_and_message(self):
+        with self.assertRaises(self.attnserve.AttnserveError) as caught:
+            self.client.attend(np.zeros((2, 5), np.float32))
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("d_model", caught.exception.message)
+        with self.assertRaises(self.attnserve.AttnserveError) as caught:
+            self.client.attend(np.zeros((2, D_MODEL), np.float32), model="nope")
+        self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_retries_unavailable_then_succeeds(self):
+        class Unavailable(grpc.RpcError):
+            def code(self):
+                return grpc.StatusCode.UNAVAILABLE
+
+            def details(self):
+                return "down"
+
+        attempts = []
+
+        def flaky(request, timeout=None):
+            attempts.append(timeout)
+            if len(attempts) < 3:
+                raise Unavailable()
+            return "answer"
+
+        client = self.attnserve.Client(self.server.target, retries=3, backoff_s=0.001)
+        self.assertEqual(client._call(flaky, None, None), "answer")
+        self.assertEqual(len(attempts), 3)
+        attempts.clear()
+        client = self.attnserve.Client(self.server.target, retries=1, backoff_s=0.001)
+        with self.assertRaises(self.attnserve.AttnserveError) as caught:
+            client._call(flaky, None, None)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(len(attempts), 2)
+        client.close()
+
+    def test_deadline(self):
+        with self.assertRaises(self.attnserve.AttnserveError) as caught:
+            self.client.attend(np.zeros((4, D_MODEL), np.float32), timeout_s=1e-6)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    def test_async_client(self):
+        x = np.random.default_rng(3).standard_normal((4, D_MODEL)).astype(np.float32)
+
+        async def run():
+            async with self.attnserve.AsyncClient(self.server.target) as client:
+                results = await asyncio.gather(*(client.attend(x) for _ in range(4)))
+                self.assertTrue(await client.health())
+                return results
+
+        for output in asyncio.run(run()):
+            np.testing.assert_allclose(output, self.local(x[None])[0][0], atol=1e-4)
+
+    def test_remote_module_parity(self):
+        remote = self.remote.RemoteMultiheadAttention(D_MODEL, HEADS, client=self.client,
+                                                      model="mha")
+        local = torch.nn.MultiheadAttention(D_MODEL, HEADS).eval()  # batch_first=False
+        local.load_state_dict(self.mha.state_dict())
+        torch.manual_seed(4)
+        x = torch.randn(5, 3, D_MODEL)  # [L, N, E]
+        memory = torch.randn(8, 3, D_MODEL)
+        padding = torch.zeros(3, 5, dtype=torch.bool)
+        padding[1, 3:] = True
+        causal = torch.triu(torch.full((5, 5), float("-inf")), diagonal=1)
+        cases = [dict(query=x, key=x, value=x),
+                 dict(query=x, key=memory, value=memory, average_attn_weights=False),
+                 dict(query=x, key=x, value=x, key_padding_mask=padding, attn_mask=causal),
+                 dict(query=x, key=x, value=x, need_weights=False),
+                 dict(query=x[:, 0], key=x[:, 0], value=x[:, 0])]
+        for case in cases:
+            with torch.no_grad():
+                expected, expected_weights = local(**case)
+                got, weights = remote(**case)
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+            if expected_weights is None:
+                self.assertIsNone(weights)
+            else:
+                torch.testing.assert_close(weights, expected_weights, atol=1e-4, rtol=0)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--attnserve", required=True)
+    parser.add_argument("--root", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest])
