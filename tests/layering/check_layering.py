@@ -23,9 +23,16 @@ ALLOWED = {
     "server/repository": ["core/model", "core", "core/util"],
     "server/runtime": BELOW_RUNTIME,
     "server/conversion": ["server/runtime"] + BELOW_RUNTIME,
-    "server/service": ["server/conversion", "server/runtime", "server/metrics"] + BELOW_RUNTIME,
-    "server/app": ["server/service", "server/conversion", "server/runtime", "server/metrics"]
+    # One folder per wire protocol. The Open Inference Protocol reuses attnserve.v1's attention
+    # validation; attnserve.v1 knows nothing of it.
+    "server/conversion/attnserve_v1": ["server/conversion", "server/runtime"] + BELOW_RUNTIME,
+    "server/conversion/oip": ["server/conversion/attnserve_v1", "server/conversion",
+                              "server/runtime"] + BELOW_RUNTIME,
+    "server/service": ["server/conversion", "server/conversion/attnserve_v1",
+                       "server/conversion/oip", "server/runtime", "server/metrics"]
     + BELOW_RUNTIME,
+    "server/app": ["server/service", "server/conversion", "server/conversion/attnserve_v1",
+                   "server/conversion/oip", "server/runtime", "server/metrics"] + BELOW_RUNTIME,
     "client": ["core/util"],
 }
 # Third-party headers by prefix, and the folders that may include them.
