@@ -37,3 +37,21 @@ short.json 16 64
 long.json 512 4
 stream.json 16 64
 LIST
+
+# infer.json: the same [16, d_model] inputs as Open Inference Protocol ModelInferRequests
+# (inference.GRPCInferenceService/ModelInfer, raw_input_contents as base64 float32), from numpy.
+/usr/bin/python3 - "${out_dir}/infer.json" "${model}" "${d_model}" "${seed}" <<'PY'
+import base64, json, sys
+import numpy as np
+path, model, d_model, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+requests = []
+for i in range(64):
+    x = np.random.default_rng(seed + i).standard_normal((16, d_model)).astype("<f4")
+    requests.append({"model_name": model,
+                     "inputs": [{"name": "input", "datatype": "FP32",
+                                 "shape": [str(n) for n in x.shape]}],
+                     "raw_input_contents": [base64.b64encode(x.tobytes()).decode()]})
+with open(path, "w") as out:
+    json.dump(requests, out)
+PY
+echo "wrote ${out_dir}/infer.json (64 x [16, ${d_model}] ModelInfer)"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
@@ -74,6 +75,22 @@ TEST(GhzConfigsTest, EachCallsAnExistingMethodThroughReflection) {
   }
 }
 
+// An Open Inference Protocol call: one FP32 [T, 512] input, raw, for the demo model.
+void ExpectInferRequest(const nlohmann::json& object) {
+  inference::ModelInferRequest request;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(object.dump(), &request);
+  ASSERT_TRUE(parsed.ok()) << parsed.ToString();
+  EXPECT_EQ(request.model_name(), "demo");
+  ASSERT_EQ(request.inputs_size(), 1);
+  EXPECT_EQ(request.inputs(0).name(), "input");
+  EXPECT_EQ(request.inputs(0).datatype(), "FP32");
+  ASSERT_EQ(request.inputs(0).shape_size(), 2);
+  EXPECT_EQ(request.inputs(0).shape(1), 512);
+  ASSERT_EQ(request.raw_input_contents_size(), 1);
+  EXPECT_EQ(request.raw_input_contents(0).size(),
+            static_cast<size_t>(request.inputs(0).shape(0) * 512) * 4);
+}
+
 TEST(GhzConfigsTest, MakeDataProducesEveryDataFileAsValidRequests) {
   TempFolder temp;
   const std::filesystem::path out_dir = temp.path() / "data";
@@ -94,7 +111,7 @@ TEST(GhzConfigsTest, MakeDataProducesEveryDataFileAsValidRequests) {
 
     const google::protobuf::MethodDescriptor* method = FindMethod(config.value("call", ""));
     ASSERT_NE(method, nullptr);
-    EXPECT_EQ(method->input_type()->full_name(), "attnserve.v1.AttendRequest");
+    const std::string input_type = method->input_type()->full_name();
     const nlohmann::json data = nlohmann::json::parse(ReadText(produced));
     ASSERT_TRUE(data.is_array() || data.is_object());
     const std::vector<nlohmann::json> objects =
@@ -102,6 +119,11 @@ TEST(GhzConfigsTest, MakeDataProducesEveryDataFileAsValidRequests) {
                         : std::vector<nlohmann::json>{data};
     ASSERT_FALSE(objects.empty());
     for (const nlohmann::json& object : objects) {
+      if (input_type == "inference.ModelInferRequest") {
+        ExpectInferRequest(object);
+        continue;
+      }
+      ASSERT_EQ(input_type, "attnserve.v1.AttendRequest");
       v1::AttendRequest request;
       const auto parsed = google::protobuf::util::JsonStringToMessage(object.dump(), &request);
       ASSERT_TRUE(parsed.ok()) << parsed.ToString();
