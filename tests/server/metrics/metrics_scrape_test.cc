@@ -54,8 +54,8 @@ class MetricsScrapeTest : public ServerTest {
 TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   StartServer();
   ASSERT_GT(server().metrics_port(), 0);
-  // Before any request: the models' series exist at zero (the OK ones of Attend and
-  // AttendStream among the requests); the warm-up passes are not counted.
+  // Before any request: the models' series exist at zero (the OK ones of Attend, AttendStream
+  // and ModelInfer among the requests); the warm-up passes are not counted.
   Samples before = ScrapeNow();
   EXPECT_EQ(ValueOf(before, Series("attnserve_tokens_total", "model=\"small\"")), 0);
   EXPECT_EQ(ValueOf(before, Count("attnserve_batch_sequences", "model=\"small\"")), 0);
@@ -64,7 +64,8 @@ TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   EXPECT_EQ(ValueOf(before, Count("attnserve_request_duration_seconds",
                                   "method=\"Attend\",model=\"small\"")),
             0);
-  EXPECT_EQ(CountSeries(before, "attnserve_requests_total{"), 4);
+  EXPECT_EQ(ValueOf(before, Requests("OK", "ModelInfer", "small")), 0);
+  EXPECT_EQ(CountSeries(before, "attnserve_requests_total{"), 6);
 
   // Three good requests of 2, 3 and 4 rows, one at a time (so three batches).
   for (int64_t rows : {2, 3, 4}) {
@@ -117,7 +118,7 @@ TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   // Nothing else, but the zeros from the start.
   EXPECT_EQ(ValueOf(after, Requests("OK", "AttendStream", "small")), 0);
   EXPECT_EQ(ValueOf(after, Requests("OK", "Attend", "single")), 0);
-  EXPECT_EQ(CountSeries(after, "attnserve_requests_total{"), 10);
+  EXPECT_EQ(CountSeries(after, "attnserve_requests_total{"), 12);
 
   EXPECT_EQ(ValueOf(after, Count("attnserve_request_duration_seconds",
                                  "method=\"Attend\",model=\"small\"")),
@@ -210,8 +211,8 @@ TEST_F(MetricsScrapeTest, UnknownModelNamesShareOneSeries) {
   }
   const Samples samples = ScrapeNow();
   EXPECT_EQ(ValueOf(samples, Requests("NOT_FOUND", "Attend", "<unknown>")), 25);
-  // The models' four zero series, and one for all the unknown names.
-  EXPECT_EQ(CountSeries(samples, "attnserve_requests_total{"), 5);
+  // The models' six zero series, and one for all the unknown names.
+  EXPECT_EQ(CountSeries(samples, "attnserve_requests_total{"), 7);
   for (const auto& [series, value] : samples) {
     EXPECT_EQ(series.find("made-up"), std::string::npos) << series;
   }

@@ -95,7 +95,8 @@ TEST_F(ReflectionTest, ListsTheServices) {
       names.push_back(name[0]);
     }
   }
-  EXPECT_THAT(names, UnorderedElementsAre("attnserve.v1.AttentionService", "grpc.health.v1.Health",
+  EXPECT_THAT(names, UnorderedElementsAre("attnserve.v1.AttentionService",
+                                          "inference.GRPCInferenceService", "grpc.health.v1.Health",
                                           "grpc.reflection.v1alpha.ServerReflection"));
 }
 
