@@ -18,7 +18,7 @@ struct ServerOptions {
   std::string grpc_address = "0.0.0.0:50051";
   // Transport security of grpc_address (plaintext by default; TLS or mutual TLS, for every
   // service on the port).
-  TlsOptions tls;
+  TlsOptions tls = {};
   // host:port of the Prometheus endpoint (HTTP, path /metrics); port 0 picks a free port
   // (Server::metrics_port() tells which); "" = no metrics at all.
   std::string metrics_address = "0.0.0.0:8002";

@@ -24,12 +24,12 @@ namespace attnserve::server {
 struct TlsOptions {
   // PEM certificate chain (the server's certificate first) and its PEM private key. Both empty:
   // plaintext. One without the other is an error.
-  std::string cert_chain_path;
-  std::string private_key_path;
+  std::string cert_chain_path = {};
+  std::string private_key_path = {};
   // PEM bundle of the CAs whose client certificates are accepted. Non-empty turns on mutual TLS:
   // a client without a certificate signed by one of them is refused during the handshake.
   // Requires the two above.
-  std::string client_ca_path;
+  std::string client_ca_path = {};
   // Seconds between checks of the files for changes (gRPC's file watcher). >= 1.
   int64_t refresh_interval_s = 10;
 };
