@@ -61,7 +61,9 @@ ENV ATTNSERVE_MODEL_REPOSITORY=/models \
     GOMP_SPINCOUNT=1000
 EXPOSE 50051 8002
 # The server's own health service; it assumes the default gRPC port (with another
-# --grpc-address, run with --health-cmd 'attnserve-cli --target 127.0.0.1:PORT health -q').
+# --grpc-address, run with --health-cmd 'attnserve-cli --target 127.0.0.1:PORT health -q'). With
+# TLS on, set ATTNSERVE_CLI_TLS_CA (and for mutual TLS ATTNSERVE_CLI_TLS_CERT_CHAIN and
+# ATTNSERVE_CLI_TLS_PRIVATE_KEY) in the container: attnserve-cli reads them (docs/SERVER.md).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
     CMD ["attnserve-cli", "--timeout-s", "3", "--max-attempts", "1", "health", "-q"]
 STOPSIGNAL SIGTERM

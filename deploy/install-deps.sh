@@ -20,6 +20,8 @@ build_packages=(
   # SHA-256 of config.json's "weights_sha256" (the image's run stage gets libssl3 from
   # deploy/runtime-packages.sh, which follows what the binaries load).
   nlohmann-json3-dev libcli11-dev libssl-dev
+  # The openssl CLI: deploy/make-test-certs.sh makes the TLS tests' certificates at test time.
+  openssl
   # The gRPC server: gRPC 1.51 (with reflection), protobuf 3.21 and its compiler, spdlog 1.10.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libspdlog-dev
   # Metrics: prometheus-cpp 1.0 (core and pull exposer).

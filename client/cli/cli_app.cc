@@ -21,6 +21,10 @@ struct GlobalOptions {
   double timeout_s = 30;
   int max_attempts = 4;
   bool quiet = false;
+  std::string tls_ca;
+  std::string tls_cert_chain;
+  std::string tls_private_key;
+  std::string tls_server_name;
 };
 
 std::chrono::milliseconds Millis(double seconds) {
@@ -71,6 +75,20 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
                  "attempts per call, retries on UNAVAILABLE / RESOURCE_EXHAUSTED included")
       ->capture_default_str()
       ->check(CLI::Range(1, 5));
+  // TLS: environment variables too, so a container's HEALTHCHECK and a Kubernetes exec probe can
+  // use the same command whether or not the deployment turns TLS on.
+  app.add_option("--tls-ca", global.tls_ca,
+                 "PEM CA bundle trusted to sign the server's certificate (\"system\" = the "
+                 "system's); turns on TLS")
+      ->envname("ATTNSERVE_CLI_TLS_CA");
+  app.add_option("--tls-cert-chain", global.tls_cert_chain,
+                 "PEM certificate chain of this client, for servers requiring mutual TLS")
+      ->envname("ATTNSERVE_CLI_TLS_CERT_CHAIN");
+  app.add_option("--tls-private-key", global.tls_private_key, "PEM private key of that certificate")
+      ->envname("ATTNSERVE_CLI_TLS_PRIVATE_KEY");
+  app.add_option("--tls-server-name", global.tls_server_name,
+                 "name the server's certificate must carry (default: the target's host)")
+      ->envname("ATTNSERVE_CLI_TLS_SERVER_NAME");
   app.add_flag("-q,--quiet", global.quiet,
                "print nothing on success (health) and no progress line (bench)");
 
@@ -174,6 +192,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   client::ClientOptions client_options;
   client_options.default_deadline = Millis(global.timeout_s);
   client_options.max_attempts = global.max_attempts;
+  client_options.tls_ca_path = global.tls_ca;
+  client_options.tls_cert_chain_path = global.tls_cert_chain;
+  client_options.tls_private_key_path = global.tls_private_key;
+  client_options.tls_server_name = global.tls_server_name;
   absl::StatusOr<std::unique_ptr<client::Client>> client =
       client::Client::Create(global.target, client_options);
   if (!client.ok()) return Report(client.status(), err);

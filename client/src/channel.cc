@@ -1,6 +1,8 @@
 #include "client/src/channel.h"
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,7 +15,50 @@ std::string ConfigSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.3fs", static_cast<double>(duration.count()) / 1000.0);
 }
 
+// The whole of `path`; NotFound naming `option` when it cannot be read.
+absl::StatusOr<std::string> ReadPem(const char* option, const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat(option, ": cannot read \"", path, "\""));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+    const ClientOptions& options) {
+  const bool has_identity =
+      !options.tls_cert_chain_path.empty() || !options.tls_private_key_path.empty();
+  if (options.tls_ca_path.empty()) {
+    if (has_identity || !options.tls_server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_ca_path: expected a CA bundle (or \"system\") when a client certificate or "
+          "tls_server_name is set");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (has_identity &&
+      (options.tls_cert_chain_path.empty() || options.tls_private_key_path.empty())) {
+    return absl::InvalidArgumentError(
+        "tls_cert_chain_path, tls_private_key_path: expected both set (mutual TLS) or both empty");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (options.tls_ca_path != "system") {
+    absl::StatusOr<std::string> roots = ReadPem("tls_ca_path", options.tls_ca_path);
+    if (!roots.ok()) return roots.status();
+    ssl.pem_root_certs = *std::move(roots);
+  }
+  if (has_identity) {
+    absl::StatusOr<std::string> chain = ReadPem("tls_cert_chain_path", options.tls_cert_chain_path);
+    if (!chain.ok()) return chain.status();
+    absl::StatusOr<std::string> key = ReadPem("tls_private_key_path", options.tls_private_key_path);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(chain);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
 
 absl::Status ValidateOptions(const std::string& target, const ClientOptions& options) {
   if (target.empty()) {
@@ -80,7 +125,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
   // gRPC keeps a call's request for retries only up to this size (default 256 KiB, one
   // [128, 512] tensor): beyond it a call would silently lose its retries.
   args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, max_bytes);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  return grpc::CreateCustomChannel(target, *credentials, args);
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {

@@ -21,7 +21,13 @@ absl::Status ValidateOptions(const std::string& target, const ClientOptions& opt
 // UNAVAILABLE and RESOURCE_EXHAUSTED on every method of the service and on health checks.
 std::string ServiceConfigJson(const ClientOptions& options);
 
-// An insecure channel to `target` with that config. Validates first.
+// Plaintext credentials when options.tls_ca_path is empty, else TLS (with this client's certificate
+// when one is set), its files read now. InvalidArgument naming the option for an incomplete
+// combination; NotFound naming the option for a file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+    const ClientOptions& options);
+
+// A channel to `target` with that config and those credentials. Validates first.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target,
                                                            const ClientOptions& options);
 

@@ -1,5 +1,7 @@
 #include "server/app/logging.h"
 
+#include <grpc/support/log.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -25,6 +27,19 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
     return std::make_unique<JsonMessageFlag>();
   }
 };
+
+// gRPC's own log lines (gpr_log: TLS handshake failures, transport errors) through spdlog, so they
+// share the server's format (JSON lines stay JSON) and level. gRPC filters by GRPC_VERBOSITY
+// (default ERROR) before calling this.
+void LogGrpcLine(gpr_log_func_args* args) {
+  spdlog::level::level_enum level = spdlog::level::err;
+  if (args->severity == GPR_LOG_SEVERITY_DEBUG) level = spdlog::level::debug;
+  if (args->severity == GPR_LOG_SEVERITY_INFO) level = spdlog::level::info;
+  std::string_view file = args->file != nullptr ? args->file : "";
+  file = file.substr(file.rfind('/') + 1);
+  spdlog::log(level, "grpc {}:{}: {}", std::string(file), args->line,
+              std::string(args->message != nullptr ? args->message : ""));
+}
 
 }  // namespace
 
@@ -85,6 +100,7 @@ absl::Status ConfigureLogging(std::string_view level, std::string_view format) {
   logger->set_level(parsed);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(std::move(logger));
+  gpr_set_log_function(LogGrpcLine);
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 // Logging set-up for the attnserve binary: spdlog to stderr, as text or as one JSON object per
-// line (for log collectors). Call once at start, before other threads log.
+// line (for log collectors); gRPC's own log lines (TLS handshake failures) go the same way. Call
+// once at start, before other threads log.
 #ifndef ATTNSERVE_SERVER_APP_LOGGING_H_
 #define ATTNSERVE_SERVER_APP_LOGGING_H_
 

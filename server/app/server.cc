@@ -14,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/onednn_support.h"
 #include "server/app/accept_guard.h"
+#include "server/app/certificate_monitor.h"
 #include "server/app/memory_trimmer.h"
+#include "server/app/tls_credentials.h"
 #include "server/batching/batching_options.h"
 #include "server/runtime/compute_budget.h"
 #include "spdlog/spdlog.h"
@@ -256,8 +258,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
     spdlog::warn("{}; a moment at the open-file limit may stop the server accepting connections",
                  guard.ToString());
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.grpc_address, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->inference_service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
@@ -295,6 +300,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                                                "\" (in use, or not a host:port this machine has)"));
   }
 
+  if (TlsEnabled(options.tls)) {
+    server->certificate_monitor_ = std::make_unique<CertificateMonitor>(
+        options.tls.cert_chain_path, absl::Seconds(options.tls.refresh_interval_s));
+  }
   if (options.malloc_trim_interval_ms > 0) {
     server->trimmer_ =
         std::make_unique<MemoryTrimmer>(absl::Milliseconds(options.malloc_trim_interval_ms));

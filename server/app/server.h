@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/util/notification.h"
+#include "server/app/certificate_monitor.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/server_options.h"
 #include "server/metrics/metrics_exposer.h"
@@ -89,6 +90,7 @@ class Server {
   std::unique_ptr<InferenceService> inference_service_;  // Shares service_'s submitter.
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MemoryTrimmer> trimmer_;  // Null when malloc_trim_interval_ms is 0.
+  std::unique_ptr<CertificateMonitor> certificate_monitor_;  // Null without TLS.
   // Last: scrapes read the router and the lifecycle, so the exposer stops first.
   std::unique_ptr<metrics::MetricsExposer> exposer_;
   int port_ = 0;

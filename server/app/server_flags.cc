@@ -38,6 +38,19 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "host:port to serve Prometheus metrics on, at /metrics (port 0 = any free "
                  "port; \"\" = no metrics)")
       ->capture_default_str();
+  app.add_option(
+      "--tls-cert-chain", options.tls.cert_chain_path,
+      "PEM certificate chain of the gRPC port (server certificate first); with "
+      "--tls-private-key turns on TLS for every service (re-read when the file changes)");
+  app.add_option("--tls-private-key", options.tls.private_key_path,
+                 "PEM private key of that certificate");
+  app.add_option("--tls-client-ca", options.tls.client_ca_path,
+                 "PEM CA bundle: turns on mutual TLS, refusing clients without a certificate it "
+                 "signed (re-read when the file changes)");
+  app.add_option("--tls-refresh-interval-s", options.tls.refresh_interval_s,
+                 "Seconds between checks of the TLS files for changes (certificate rotation)")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->capture_default_str();
   app.add_option("--model-repository", flags.server.repository.root,
                  "Folder with one sub-folder per model (config.json + weights.safetensors)")
       ->capture_default_str();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "server/app/tls_credentials.h"
 #include "server/repository/model_repository.h"
 #include "server/runtime/batch_runner.h"
 #include "server/runtime/model_limits.h"
@@ -15,6 +16,9 @@ namespace attnserve::server {
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (Server::port() tells which).
   std::string grpc_address = "0.0.0.0:50051";
+  // Transport security of grpc_address (plaintext by default; TLS or mutual TLS, for every
+  // service on the port).
+  TlsOptions tls = {};
   // host:port of the Prometheus endpoint (HTTP, path /metrics); port 0 picks a free port
   // (Server::metrics_port() tells which); "" = no metrics at all.
   std::string metrics_address = "0.0.0.0:8002";

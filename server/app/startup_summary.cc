@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention_config.h"
 #include "core/onednn_support.h"
+#include "server/app/tls_credentials.h"
 #include "server/runtime/compute_budget.h"
 #include "spdlog/spdlog.h"
 
@@ -43,6 +44,7 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
   const std::string host = address.substr(0, address.rfind(':'));
   spdlog::info("attnserve listening on {}:{} (port {}); health and reflection enabled", host,
                server.port(), server.port());
+  spdlog::info("gRPC port security: {}", DescribeTls(options.tls));
   if (server.metrics_port() != 0) {
     const std::string& metrics = options.metrics_address;
     spdlog::info("metrics at http://{}:{}/metrics", metrics.substr(0, metrics.rfind(':')),

@@ -114,6 +114,11 @@ TEST(AttnserveFlagsTest, HelpListsEveryFlagWithItsDefault) {
                            "--max-queued-bytes",
                            "--log-level",
                            "--log-format",
+                           "--tls-cert-chain",
+                           "--tls-private-key",
+                           "--tls-client-ca",
+                           "--tls-refresh-interval-s INT:INT in [1 - 86400]=10",
+                           "(Env:ATTNSERVE_TLS_CLIENT_CA)",
                            "(Env:ATTNSERVE_GRPC_ADDRESS)",
                            "(Env:ATTNSERVE_MAX_CONNECTION_AGE_GRACE_S)"}) {
     EXPECT_THAT(output, HasSubstr(flag));

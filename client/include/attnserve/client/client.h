@@ -47,6 +47,16 @@ struct ClientOptions {
   // "round_robin" spreads calls over every address the target resolves to (headless Kubernetes
   // services, "ipv4:a:p,b:p"); "pick_first" uses one connection.
   std::string load_balancing_policy = "round_robin";
+  // Transport security. All empty: plaintext. tls_ca_path: PEM bundle of the CAs trusted to sign
+  // the server's certificate; "system" = the system's trust store. tls_cert_chain_path and
+  // tls_private_key_path: this client's certificate, for servers that require mutual TLS (both or
+  // neither; they need tls_ca_path). The files are read when the Client is created.
+  std::string tls_ca_path = {};
+  std::string tls_cert_chain_path = {};
+  std::string tls_private_key_path = {};
+  // The name the server's certificate must carry, when it is not the target's host (a load
+  // balancer's address, an IP literal). "" = the target's host.
+  std::string tls_server_name = {};
 };
 
 // One AttendStream call: many requests over one stream, answered as they complete (possibly out

@@ -1,0 +1,199 @@
+// Three attnserve replicas on 127.0.0.2, 127.0.0.3 and 127.0.0.4 (loopback, no other network)
+// behind the C++ client's round_robin over an ipv4: target, with retries on, under steady load:
+// SIGKILL of one replica, then a rolling SIGTERM restart of all three (each waiting for the
+// previous to serve the client again). The client must see no failed call. Calls and p99 of each
+// phase are printed (and recorded as test properties).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "attnserve/client/client.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_folder.h"
+
+namespace attnserve::testing {
+namespace {
+
+namespace ac = ::attnserve::client;
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+
+// One replica: attnserve on `host`, on a port chosen at first start and kept across restarts.
+class Replica {
+ public:
+  Replica(std::string host, std::string repository)
+      : host_(std::move(host)), repository_(std::move(repository)) {}
+
+  // Starts (or restarts) the server; false when it did not come up.
+  bool Start() {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
+        ATTNSERVE_BINARY,
+        {"--grpc-address", absl::StrCat(host_, ":", port_), "--metrics-address", "",
+         "--model-repository", repository_, "--compute-threads", "1", "--shutdown-grace-s", "10",
+         "--malloc-trim-interval-s", "0", "--log-level", "debug"});
+    if (!child.ok()) return false;
+    process_ = *std::move(child);
+    std::optional<std::string> line = process_->WaitForLine("(port ", kStartTimeout);
+    if (!line) return false;
+    const size_t at = line->find("(port ") + 6;
+    return absl::SimpleAtoi(line->substr(at, line->find(')', at) - at), &port_);
+  }
+  // Whether the client's calls reach this replica again (its debug log shows a queued request)
+  // within 10 s. Serving by itself is not enough: the client reconnects to a replica it saw
+  // refuse connections only after gRPC's reconnect backoff (1 s, growing), so a restart that
+  // moved on at SERVING could take the last connected replica away and fail calls.
+  bool AwaitTraffic() {
+    return process_->WaitForLine("queued model=", absl::Seconds(10)).has_value();
+  }
+  // SIGTERM, and the exit code once drained.
+  int Stop() {
+    process_->Signal(SIGTERM);
+    return process_->Wait(absl::Seconds(30));
+  }
+  void Kill() {
+    process_->Signal(SIGKILL);
+    process_->Wait(absl::Seconds(30));
+  }
+  std::string address() const { return absl::StrCat(host_, ":", port_); }
+
+ private:
+  const std::string host_;
+  const std::string repository_;
+  int port_ = 0;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// Steady closed-loop load from `threads` threads until Stop(); latencies by phase.
+class Load {
+ public:
+  Load(ac::Client* client, int threads) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, client] {
+        const std::vector<float> input(4 * 512, 0.25f);
+        // Bounded: at most 100000 calls per thread.
+        for (int i = 0; i < 100000 && !stop_.load(); ++i) {
+          const auto start = std::chrono::steady_clock::now();
+          absl::Status status = client->Attend("", {input, {4, 512}}).status();
+          const double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
+          std::lock_guard<std::mutex> lock(mu_);
+          latencies_ms_.push_back(ms);
+          if (!status.ok() && failures_++ == 0) first_failure_ = status.ToString();
+        }
+      });
+    }
+  }
+  ~Load() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    for (std::thread& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
+  // Calls, failures and p99 since the last call of Phase().
+  struct Phase {
+    size_t calls = 0;
+    int failures = 0;
+    double p99_ms = 0;
+    std::string first_failure;
+  };
+  Phase TakePhase() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Phase phase{.calls = latencies_ms_.size(),
+                .failures = failures_,
+                .p99_ms = 0,
+                .first_failure = first_failure_};
+    if (!latencies_ms_.empty()) {
+      std::sort(latencies_ms_.begin(), latencies_ms_.end());
+      phase.p99_ms = latencies_ms_[latencies_ms_.size() * 99 / 100];
+    }
+    latencies_ms_.clear();
+    failures_ = 0;
+    first_failure_.clear();
+    return phase;
+  }
+  size_t calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return latencies_ms_.size();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<double> latencies_ms_;
+  int failures_ = 0;
+  std::string first_failure_;
+  std::vector<std::thread> threads_;
+};
+
+// Waits (bounded, 10 s) until `load` made `more` calls from now.
+void AwaitCalls(Load& load, size_t more) {
+  const size_t until = load.calls() + more;
+  for (int i = 0; i < 2000 && load.calls() < until; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Report(const char* name, const Load::Phase& phase) {
+  std::cout << name << ": calls=" << phase.calls << " failed=" << phase.failures
+            << " p99_ms=" << phase.p99_ms << "\n";
+  ::testing::Test::RecordProperty(absl::StrCat(name, "_calls"), static_cast<int>(phase.calls));
+  ::testing::Test::RecordProperty(absl::StrCat(name, "_p99_us"),
+                                  static_cast<int>(phase.p99_ms * 1000));
+  EXPECT_EQ(phase.failures, 0) << name << ": " << phase.first_failure;
+}
+
+TEST(ReplicasTest, KillAndRollingRestartUnderLoadFailNoCall) {
+  TempFolder temp;
+  const std::string repository = (temp.path() / "absent").string();
+  std::vector<std::unique_ptr<Replica>> replicas;
+  std::string target = "ipv4:";
+  for (const char* host : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+    replicas.push_back(std::make_unique<Replica>(host, repository));
+    ASSERT_TRUE(replicas.back()->Start()) << host;
+    absl::StrAppend(&target, replicas.size() > 1 ? "," : "", replicas.back()->address());
+  }
+  ac::ClientOptions options;
+  options.max_attempts = 5;
+  options.initial_backoff = std::chrono::milliseconds(20);
+  options.max_backoff = std::chrono::milliseconds(500);
+  options.default_deadline = std::chrono::milliseconds(10000);
+  absl::StatusOr<std::unique_ptr<ac::Client>> client = ac::Client::Create(target, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  Load load(client->get(), 2);
+  AwaitCalls(load, 200);
+  Report("steady", load.TakePhase());
+
+  // (a) SIGKILL one replica; the other two carry on, then it comes back.
+  replicas[1]->Kill();
+  AwaitCalls(load, 200);
+  ASSERT_TRUE(replicas[1]->Start());
+  AwaitCalls(load, 200);
+  Report("sigkill", load.TakePhase());
+
+  // (b) Rolling restart: SIGTERM (drain, exit 0), start again, wait until it serves, next.
+  for (std::unique_ptr<Replica>& replica : replicas) {
+    EXPECT_EQ(replica->Stop(), 0);
+    AwaitCalls(load, 50);
+    ASSERT_TRUE(replica->Start());
+    EXPECT_TRUE(replica->AwaitTraffic()) << replica->address();
+  }
+  Report("rolling_restart", load.TakePhase());
+  load.Stop();
+}
+
+}  // namespace
+}  // namespace attnserve::testing
