@@ -22,7 +22,8 @@ namespace {
 std::string Describe(const core::AttentionConfig& c) {
   return absl::StrCat("d_model ", c.d_model, ", ", c.num_heads, " heads, ",
                       std::string(core::VariantName(c.variant)), c.bias ? ", bias" : ", no bias",
-                      ", ", c.ParameterCount(), " parameters");
+                      ", ", c.ParameterCount(), " parameters, compute ",
+                      std::string(core::ComputeTypeName(c.compute_type)));
 }
 
 absl::Status CheckGenerateOptions(const GenerateOptions& options) {

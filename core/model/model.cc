@@ -13,6 +13,7 @@
 #include "core/model/safetensors_file.h"
 #include "core/model/sha256.h"
 #include "core/model/weight_naming.h"
+#include "core/onednn_support.h"
 
 namespace attnserve::model {
 namespace {
@@ -75,10 +76,18 @@ std::string FolderName(const std::filesystem::path& folder) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder) {
+absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder,
+                                                             const LoadOptions& options) {
   if (absl::Status s = CheckFolder(folder); !s.ok()) return s;
   absl::StatusOr<ModelConfig> config = ReadConfig(folder / kConfigFileName);
   if (!config.ok()) return config.status();
+  if (options.compute_type) config->attention.compute_type = *options.compute_type;
+  // Before reading the weights: a model this CPU cannot run well is refused cheaply.
+  if (absl::Status s = core::CheckComputeTypeSupported(
+          config->attention.compute_type, options.allow_bf16_emulation, folder.string());
+      !s.ok()) {
+    return s;
+  }
 
   const std::filesystem::path weights_path = folder / kWeightsFileName;
   absl::StatusOr<FileBytes> bytes = FileBytes::Open(weights_path);

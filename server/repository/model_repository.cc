@@ -245,7 +245,7 @@ ModelRepository::Fingerprint ModelRepository::FingerprintOf(const std::string& n
 
 ModelEvent ModelRepository::LoadAndSwap(const std::string& name, Fingerprint fingerprint) {
   absl::StatusOr<std::shared_ptr<const model::Model>> loaded =
-      LoadModelFolder(options_.root / name);
+      LoadModelFolder(options_.root / name, options_.load);
 
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = entries_[name];
