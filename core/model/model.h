@@ -67,7 +67,10 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesyst
 // core::MakeRandomWeights(config, kDemoSeed). Built on first use, then shared (an error, e.g.
 // ResourceExhausted from packing, is returned on every call).
 inline constexpr uint64_t kDemoSeed = 20261129;
-absl::StatusOr<std::shared_ptr<const Model>> DemoModel();
+// `type` bf16 builds a bf16-compute copy of the same weights (the server's --compute-dtype bf16);
+// the caller checks the CPU supports it (core::CheckComputeTypeSupported).
+absl::StatusOr<std::shared_ptr<const Model>> DemoModel(
+    core::ComputeType type = core::ComputeType::kFloat32);
 
 }  // namespace attnserve::model
 

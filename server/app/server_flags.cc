@@ -50,7 +50,7 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "Model answering requests that name none (default: the only model, or demo)");
   app.add_option("--compute-dtype", flags.compute_dtype,
                  "Compute every model folder in fp32 or bf16, overriding config.json's "
-                 "compute_dtype (default: each model's own; the demo model stays fp32)")
+                 "compute_dtype, and the demo model's (default: each model's own; demo fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--allow-bf16-emulation", flags.server.repository.load.allow_bf16_emulation,
                "Load bf16 models even on a CPU without native bf16 (AVX512-BF16/AMX), where "

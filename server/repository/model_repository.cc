@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/onednn_support.h"
 
 namespace attnserve::repository {
 
@@ -183,7 +184,13 @@ int64_t ModelRepository::NextVersion(const std::string& name) { return ++last_ve
 
 void ModelRepository::ServeEmbeddedDemo(const std::string& name, Entry& entry) {
   entry.embedded = true;
-  absl::StatusOr<std::shared_ptr<const model::Model>> demo = DemoModel();
+  // --compute-dtype applies to the demo model too; on a CPU without native bf16 it is refused
+  // like any bf16 model (unless emulation is allowed).
+  const core::ComputeType type = options_.load.compute_type.value_or(core::ComputeType::kFloat32);
+  absl::Status supported =
+      core::CheckComputeTypeSupported(type, options_.load.allow_bf16_emulation, "demo");
+  absl::StatusOr<std::shared_ptr<const model::Model>> demo =
+      supported.ok() ? DemoModel(type) : supported;
   if (!demo.ok()) {
     entry.serving = nullptr;
     if (entry.last_error.ok()) entry.last_error = demo.status();

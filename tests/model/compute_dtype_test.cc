@@ -18,6 +18,7 @@
 #include "core/onednn_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/repository/model_repository.h"
 #include "tests/support/temp_folder.h"
 
 namespace attnserve::model {
@@ -142,6 +143,29 @@ TEST(ComputeDtypeLoadTest, WithoutNativeBf16RefusesUnlessEmulationAllowed) {
   }
   ASSERT_TRUE(emulated.ok()) << emulated.status();
   ExpectRuns(**emulated);
+}
+
+TEST(ComputeDtypeLoadTest, OverrideAppliesToTheEmbeddedDemoModel) {
+  TempFolder repo;
+  auto open = [&](std::optional<core::ComputeType> type) {
+    return repository::ModelRepository::Open(
+        {.root = repo.path() / "absent",
+         .demo_model = repository::DemoModelPolicy::kAlways,
+         .load = {.compute_type = type, .allow_bf16_emulation = true}});
+  };
+  auto fp32 = open(std::nullopt);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  absl::StatusOr<std::shared_ptr<const Model>> demo = (*fp32)->Get(kDemoModelName);
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ((*demo)->layer->config().compute_type, core::ComputeType::kFloat32);
+  if (!core::HasBf16Kernels()) return;
+  auto bf16 = open(core::ComputeType::kBFloat16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  demo = (*bf16)->Get(kDemoModelName);
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_EQ((*demo)->layer->config().compute_type, core::ComputeType::kBFloat16);
+  EXPECT_EQ((*demo)->config.attention.compute_type, core::ComputeType::kBFloat16);
+  ExpectRuns(**demo);
 }
 
 }  // namespace
