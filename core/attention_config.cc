@@ -25,8 +25,17 @@ std::string_view ComputeTypeName(ComputeType type) {
   switch (type) {
     case ComputeType::kFloat32:
       return "fp32";
+    case ComputeType::kBFloat16:
+      return "bf16";
   }
   return "unknown";
+}
+
+absl::StatusOr<ComputeType> ParseComputeType(std::string_view name) {
+  if (name == "fp32") return ComputeType::kFloat32;
+  if (name == "bf16") return ComputeType::kBFloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("compute_type: expected \"fp32\" or \"bf16\", got \"", std::string(name), "\""));
 }
 
 absl::Status AttentionConfig::Validate() const {
@@ -50,8 +59,8 @@ absl::Status AttentionConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("num_heads: must divide d_model (", d_model, "), got ", num_heads));
   }
-  if (compute_type != ComputeType::kFloat32) {
-    return absl::InvalidArgumentError("compute_type: expected fp32");
+  if (compute_type != ComputeType::kFloat32 && compute_type != ComputeType::kBFloat16) {
+    return absl::InvalidArgumentError("compute_type: expected fp32 or bf16");
   }
   return absl::OkStatus();
 }

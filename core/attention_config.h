@@ -22,16 +22,24 @@ enum class AttentionVariant {
   kSingleHead,
 };
 
-// The arithmetic the layer computes in. Only fp32 today; bf16 (oneDNN bf16 matmuls with f32
-// accumulation) is the planned second member, which is why this is an enum and not implied.
-enum class ComputeType { kFloat32 };
+// The arithmetic the layer computes in. Inputs and outputs are fp32 at the API either way.
+enum class ComputeType {
+  kFloat32,
+  // Projections, QKᵀ and P·V as oneDNN bf16 matmuls with f32 accumulation, weights packed in
+  // bf16; scale, masks and softmax in f32 (probabilities rounded to bf16 for P·V and the weights
+  // output). About twice fp32's throughput where the CPU has AVX512-BF16 or AMX; relative error
+  // of the output ~1e-2 (tests/core/bf16_sweep_test.cc).
+  kBFloat16,
+};
 
 // "multi_head" / "single_head"; the names used in config files and on the wire.
 std::string_view VariantName(AttentionVariant variant);
 // Parses VariantName()'s output; InvalidArgument naming the accepted values otherwise.
 absl::StatusOr<AttentionVariant> ParseVariant(std::string_view name);
-// "fp32".
+// "fp32" / "bf16"; the names used in config files, flags and on the wire.
 std::string_view ComputeTypeName(ComputeType type);
+// Parses ComputeTypeName()'s output; InvalidArgument naming the accepted values otherwise.
+absl::StatusOr<ComputeType> ParseComputeType(std::string_view name);
 
 struct AttentionConfig {
   // Model width: the last dimension of every input, memory and output row. Must be > 0.

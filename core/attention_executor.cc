@@ -3,11 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention_tile.h"
+#include "core/bf16_conversion.h"
 #include "core/finite_values.h"
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
@@ -19,16 +22,30 @@ namespace {
 
 // The projected operands of one forward pass: Q rows, K and V rows (row stride kv_ld; for
 // self-attention all three are column blocks of one [N, 3d] buffer) and the [N, d] buffer the
-// heads are merged into.
+// heads are merged into. Strides count elements; Q, K and V are f32 or bf16 (`bf16`), the
+// context is bf16 only when bf16 feeds W_O (`context_bf16`).
 struct Operands {
-  const float* q = nullptr;
+  const void* q = nullptr;
   int64_t q_ld = 0;
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int64_t kv_ld = 0;
-  float* context = nullptr;
+  void* context = nullptr;
   int64_t context_ld = 0;
+  bool bf16 = false;
+  bool context_bf16 = false;
 };
+
+// `base` advanced by `elements` elements of 2 (bf16) or 4 (f32) bytes.
+template <typename T>
+T* Advance(T* base, int64_t elements, bool bf16) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(base) + elements * (bf16 ? 2 : 4));
+}
+
+dnnl::memory::data_type DataType(bool bf16) {
+  return bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
 
 // Query rows per tile for causal sequences longer than this: small enough to skip most blocked
 // keys, large enough to keep the QKᵀ and P·V matmuls efficient (measured: docs/PERFORMANCE.md).
@@ -88,11 +105,13 @@ struct AttentionExecutor::Impl {
                           const TilePlace& tile, std::span<float> weights);
   bool MaskTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
                 float* scores);
-  void ZeroBlockedRows(const TileGeometry& g, float* scores) const;
+  void ZeroBlockedRows(const TileGeometry& g, void* probabilities) const;
   void ZeroDisabledHeads(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
                          const TilePlace& tile) const;
   void CopyWeights(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
-                   const float* scores, std::span<float> weights) const;
+                   const void* probabilities, std::span<float> weights) const;
+  // bf16 compute: `rows` × d_model f32 values rounded into `buffer`; returns the bf16 copy.
+  const uint16_t* RoundedInput(const float* values, int64_t rows, int64_t d, AlignedBuffer& buffer);
 
   ExecutorOptions options;
   dnnl::stream stream;
@@ -103,6 +122,9 @@ struct AttentionExecutor::Impl {
   AlignedBuffer projected_memory;     // [M, 2d] cross-attention K|V.
   AlignedBuffer context;              // [N, d] merged heads before W_O.
   AlignedBuffer scores;               // One score tile.
+  AlignedBuffer probabilities;        // bf16 compute: the tile's bf16 softmax output.
+  AlignedBuffer rounded_query;        // bf16 compute: the query rows rounded to bf16.
+  AlignedBuffer rounded_memory;       // bf16 compute: the memory rows rounded to bf16.
   std::vector<uint8_t> blocked_rows;  // Per tile row: all keys blocked.
 };
 
@@ -150,6 +172,7 @@ absl::Status AttentionExecutor::Impl::Compute(const AttentionLayer& layer,
   const int64_t n = in.query.rows(), d = config.d_model;
   op->context = has_o ? context.Reserve(n * d) : out.output.data();
   op->context_ld = d;
+  op->context_bf16 = has_o && op->bf16;  // bf16 feeds W_O's bf16 matmul; the API output is f32.
   if (auto s = AttendAll(config, in, *op, out.weights); !s.ok()) return s;
   if (has_o) {
     if (auto s = projections.Run(op->context, n, layer.o(), layer.o_bias(), out.output.data(),
@@ -167,27 +190,48 @@ absl::StatusOr<Operands> AttentionExecutor::Impl::Project(const AttentionLayer& 
                                                           const AttentionInputs& in) {
   const int64_t d = layer.config().d_model;
   const int64_t n = in.query.rows();
-  const float* x = in.query.data.data();
+  // bf16: the f32 inputs are rounded once and projected to bf16 Q, K, V (f32 accumulation).
+  const bool bf16 = layer.config().compute_type == ComputeType::kBFloat16;
+  const dnnl::memory::data_type type = DataType(bf16);
+  const void* x = in.query.data.data();
+  if (bf16) x = RoundedInput(in.query.data.data(), n, d, rounded_query);
   if (!in.memory) {
     float* qkv = projected.Reserve(n * 3 * d);
-    if (auto s = projections.Run(x, n, layer.qkv(), layer.qkv_bias(), qkv, stream, scratchpad);
+    if (auto s =
+            projections.Run(x, n, layer.qkv(), layer.qkv_bias(), qkv, stream, scratchpad, type);
         !s.ok()) {
       return s;
     }
-    return Operands{.q = qkv, .q_ld = 3 * d, .k = qkv + d, .v = qkv + 2 * d, .kv_ld = 3 * d};
+    return Operands{.q = qkv,
+                    .q_ld = 3 * d,
+                    .k = Advance(qkv, d, bf16),
+                    .v = Advance(qkv, 2 * d, bf16),
+                    .kv_ld = 3 * d,
+                    .bf16 = bf16};
   }
   float* q = projected.Reserve(n * d);
-  if (auto s = projections.Run(x, n, layer.q(), layer.q_bias(), q, stream, scratchpad); !s.ok()) {
-    return s;
-  }
-  const int64_t m = in.memory->rows();
-  float* kv = projected_memory.Reserve(m * 2 * d);
-  if (auto s = projections.Run(in.memory->data.data(), m, layer.kv(), layer.kv_bias(), kv, stream,
-                               scratchpad);
+  if (auto s = projections.Run(x, n, layer.q(), layer.q_bias(), q, stream, scratchpad, type);
       !s.ok()) {
     return s;
   }
-  return Operands{.q = q, .q_ld = d, .k = kv, .v = kv + d, .kv_ld = 2 * d};
+  const int64_t m = in.memory->rows();
+  const void* memory = in.memory->data.data();
+  if (bf16) memory = RoundedInput(in.memory->data.data(), m, d, rounded_memory);
+  float* kv = projected_memory.Reserve(m * 2 * d);
+  if (auto s =
+          projections.Run(memory, m, layer.kv(), layer.kv_bias(), kv, stream, scratchpad, type);
+      !s.ok()) {
+    return s;
+  }
+  return Operands{
+      .q = q, .q_ld = d, .k = kv, .v = Advance(kv, d, bf16), .kv_ld = 2 * d, .bf16 = bf16};
+}
+
+const uint16_t* AttentionExecutor::Impl::RoundedInput(const float* values, int64_t rows, int64_t d,
+                                                      AlignedBuffer& buffer) {
+  auto* rounded = reinterpret_cast<uint16_t*>(buffer.Reserve((rows * d + 1) / 2));
+  RoundToBf16(values, rows * d, rounded);
+  return rounded;
 }
 
 // Splits the batch into runs of consecutive sequences with equal (T, S), one group each.
@@ -246,7 +290,9 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
                        // equal tiles of different sequences share one cache entry.
                        .q_batch_stride = (batch > 1 ? t : rows) * op.q_ld,
                        .kv_batch_stride = (batch > 1 ? s : visible_keys) * op.kv_ld,
-                       .out_batch_stride = (batch > 1 ? t : rows) * op.context_ld};
+                       .out_batch_stride = (batch > 1 ? t : rows) * op.context_ld,
+                       .bf16 = op.bf16,
+                       .out_bf16 = op.context_bf16};
       if (auto st = AttendTile(in, op, group, tile, weights); !st.ok()) return st;
     }
   }
@@ -264,15 +310,18 @@ absl::Status AttentionExecutor::Impl::AttendTile(const AttentionInputs& in, cons
   const int64_t q_row = group.q_row + tile.batch_begin * group.t + tile.row_begin;
   const int64_t kv_row = group.kv_row + tile.batch_begin * group.s;
 
-  p.Scores(stream, op.q + q_row * op.q_ld, op.k + kv_row * op.kv_ld, tile_scores,
-           scratchpad.data());
+  // f32: softmax in place; bf16: f32 scores in, bf16 probabilities out.
+  void* tile_probabilities =
+      g.bf16 ? probabilities.Reserve((g.score_elements() + 1) / 2) : tile_scores;
+  p.Scores(stream, Advance(op.q, q_row * op.q_ld, op.bf16),
+           Advance(op.k, kv_row * op.kv_ld, op.bf16), tile_scores, scratchpad.data());
   const bool any_blocked = MaskTile(in, group, tile, tile_scores);
-  p.Softmax(stream, tile_scores, scratchpad.data());
-  if (any_blocked) ZeroBlockedRows(g, tile_scores);
-  p.Values(stream, tile_scores, op.v + kv_row * op.kv_ld, op.context + q_row * op.context_ld,
-           scratchpad.data());
+  p.Softmax(stream, tile_scores, tile_probabilities, scratchpad.data());
+  if (any_blocked) ZeroBlockedRows(g, tile_probabilities);
+  p.Values(stream, tile_probabilities, Advance(op.v, kv_row * op.kv_ld, op.bf16),
+           Advance(op.context, q_row * op.context_ld, op.context_bf16), scratchpad.data());
   if (!in.head_mask.empty()) ZeroDisabledHeads(in, op, group, tile);
-  if (!weights.empty()) CopyWeights(in, group, tile, tile_scores, weights);
+  if (!weights.empty()) CopyWeights(in, group, tile, tile_probabilities, weights);
   return absl::OkStatus();
 }
 
@@ -305,13 +354,17 @@ bool AttentionExecutor::Impl::MaskTile(const AttentionInputs& in, const Sequence
   return any_blocked;
 }
 
-void AttentionExecutor::Impl::ZeroBlockedRows(const TileGeometry& g, float* tile_scores) const {
+// All-zero bytes are +0 in both f32 and bf16.
+void AttentionExecutor::Impl::ZeroBlockedRows(const TileGeometry& g,
+                                              void* tile_probabilities) const {
+  const size_t row_bytes = g.keys * (g.bf16 ? 2 : 4);
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t i = 0; i < g.rows; ++i) {
       if (!blocked_rows[b * g.rows + i]) continue;
       for (int64_t head = 0; head < g.heads; ++head) {
-        float* row = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
-        std::fill(row, row + g.keys, 0.0f);
+        void* row =
+            Advance(tile_probabilities, ((b * g.heads + head) * g.rows + i) * g.keys, g.bf16);
+        std::memset(row, 0, row_bytes);
       }
     }
   }
@@ -326,17 +379,17 @@ void AttentionExecutor::Impl::ZeroDisabledHeads(const AttentionInputs& in, const
     for (int64_t b = 0; b < g.batch; ++b) {
       for (int64_t i = 0; i < g.rows; ++i) {
         const int64_t row = group.q_row + (tile.batch_begin + b) * group.t + tile.row_begin + i;
-        float* out = op.context + row * op.context_ld + head * g.head_dim;
-        std::fill(out, out + g.head_dim, 0.0f);
+        void* out = Advance(op.context, row * op.context_ld + head * g.head_dim, op.context_bf16);
+        std::memset(out, 0, g.head_dim * (op.context_bf16 ? 2 : 4));
       }
     }
   }
 }
 
-// Copies the tile's probabilities into the caller's [h, T, S] blocks; keys the causal tile
-// skipped and disabled heads are written as zeros.
+// Copies the tile's probabilities into the caller's [h, T, S] blocks (bf16 ones widened
+// exactly); keys the causal tile skipped and disabled heads are written as zeros.
 void AttentionExecutor::Impl::CopyWeights(const AttentionInputs& in, const SequenceGroup& group,
-                                          const TilePlace& tile, const float* tile_scores,
+                                          const TilePlace& tile, const void* tile_probabilities,
                                           std::span<float> weights) const {
   const TileGeometry& g = tile.geometry;
   const int64_t t = group.t, s = group.s;
@@ -347,8 +400,12 @@ void AttentionExecutor::Impl::CopyWeights(const AttentionInputs& in, const Seque
       const bool enabled = in.head_mask.empty() || in.head_mask[head];
       for (int64_t i = 0; i < g.rows; ++i) {
         float* dst = sequence + (head * t + tile.row_begin + i) * s;
-        const float* src = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
-        if (enabled) {
+        const int64_t first = ((b * g.heads + head) * g.rows + i) * g.keys;
+        if (enabled && g.bf16) {
+          WidenBf16(static_cast<const uint16_t*>(tile_probabilities) + first, g.keys, dst);
+          std::fill(dst + g.keys, dst + s, 0.0f);
+        } else if (enabled) {
+          const float* src = static_cast<const float*>(tile_probabilities) + first;
           std::copy(src, src + g.keys, dst);
           std::fill(dst + g.keys, dst + s, 0.0f);
         } else {

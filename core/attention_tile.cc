@@ -22,20 +22,27 @@ dnnl::primitive_attr UserScratchpad() {
 AttentionTile::AttentionTile(const TileGeometry& g) {
   const dnnl::engine& engine = CpuEngine();
   const int64_t b = g.batch, h = g.heads, t = g.rows, s = g.keys, dk = g.head_dim;
+  const dt operand = g.bf16 ? dt::bf16 : dt::f32;
+  const dt result = g.out_bf16 ? dt::bf16 : dt::f32;
   // Heads are a stride of d_k inside a row: the [rows, d_model] buffers read as [b, h, rows, d_k].
-  const dnnl::memory::desc q({b, h, t, dk}, dt::f32, dims{g.q_batch_stride, dk, g.q_ld, 1});
-  const dnnl::memory::desc k_t({b, h, dk, s}, dt::f32, dims{g.kv_batch_stride, dk, 1, g.kv_ld});
-  const dnnl::memory::desc v({b, h, s, dk}, dt::f32, dims{g.kv_batch_stride, dk, g.kv_ld, 1});
-  const dnnl::memory::desc out({b, h, t, dk}, dt::f32, dims{g.out_batch_stride, dk, g.out_ld, 1});
+  const dnnl::memory::desc q({b, h, t, dk}, operand, dims{g.q_batch_stride, dk, g.q_ld, 1});
+  const dnnl::memory::desc k_t({b, h, dk, s}, operand, dims{g.kv_batch_stride, dk, 1, g.kv_ld});
+  const dnnl::memory::desc v({b, h, s, dk}, operand, dims{g.kv_batch_stride, dk, g.kv_ld, 1});
+  const dnnl::memory::desc out({b, h, t, dk}, result, dims{g.out_batch_stride, dk, g.out_ld, 1});
+  // Scores are f32 whatever the operands: scale, mask and softmax stay in f32.
   const dnnl::memory::desc scores({b, h, t, s}, dt::f32, dnnl::memory::format_tag::abcd);
+  const dnnl::memory::desc probabilities({b, h, t, s}, operand, dnnl::memory::format_tag::abcd);
   const dnnl::memory::desc score_rows({b * h * t, s}, dt::f32, dnnl::memory::format_tag::ab);
+  const dnnl::memory::desc probability_rows({b * h * t, s}, operand, dnnl::memory::format_tag::ab);
 
   q_ = dnnl::memory(q, engine, DNNL_MEMORY_NONE);
   k_ = dnnl::memory(k_t, engine, DNNL_MEMORY_NONE);
   v_ = dnnl::memory(v, engine, DNNL_MEMORY_NONE);
   out_ = dnnl::memory(out, engine, DNNL_MEMORY_NONE);
   scores_ = dnnl::memory(scores, engine, DNNL_MEMORY_NONE);
+  probabilities_ = dnnl::memory(probabilities, engine, DNNL_MEMORY_NONE);
   score_rows_ = dnnl::memory(score_rows, engine, DNNL_MEMORY_NONE);
+  probability_rows_ = dnnl::memory(probability_rows, engine, DNNL_MEMORY_NONE);
 
   auto make_scratchpad = [&](const dnnl::primitive_desc_base& pd) {
     scratchpad_bytes_ = std::max(scratchpad_bytes_, pd.scratchpad_desc().get_size());
@@ -52,20 +59,31 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
                                     {DNNL_ARG_DST, &scores_},
                                     {DNNL_ARG_SCRATCHPAD, &scores_step_.scratchpad}});
 
-  const dnnl::softmax_forward::primitive_desc sm_pd(
-      dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, score_rows, 1),
-      UserScratchpad(), engine);
-  softmax_step_.primitive = dnnl::softmax_forward(sm_pd);
-  softmax_step_.scratchpad = make_scratchpad(sm_pd);
+  if (g.bf16) {
+    // f32 scores in, bf16 probabilities out, in one pass (softmax_v2 converts on store).
+    const dnnl::softmax_v2_forward::primitive_desc sm_pd(
+        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
+                                       dnnl::algorithm::softmax_accurate, score_rows,
+                                       probability_rows, 1),
+        UserScratchpad(), engine);
+    softmax_step_.primitive = dnnl::softmax_v2_forward(sm_pd);
+    softmax_step_.scratchpad = make_scratchpad(sm_pd);
+  } else {
+    const dnnl::softmax_forward::primitive_desc sm_pd(
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, score_rows, 1),
+        UserScratchpad(), engine);
+    softmax_step_.primitive = dnnl::softmax_forward(sm_pd);
+    softmax_step_.scratchpad = make_scratchpad(sm_pd);
+  }
   softmax_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &score_rows_},
-                                     {DNNL_ARG_DST, &score_rows_},
+                                     {DNNL_ARG_DST, &probability_rows_},
                                      {DNNL_ARG_SCRATCHPAD, &softmax_step_.scratchpad}});
 
-  const dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(scores, v, out), UserScratchpad(),
-                                           engine);
+  const dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(probabilities, v, out),
+                                           UserScratchpad(), engine);
   values_step_.primitive = dnnl::matmul(pv_pd);
   values_step_.scratchpad = make_scratchpad(pv_pd);
-  values_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &scores_},
+  values_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &probabilities_},
                                     {DNNL_ARG_WEIGHTS, &v_},
                                     {DNNL_ARG_DST, &out_},
                                     {DNNL_ARG_SCRATCHPAD, &values_step_.scratchpad}});
@@ -76,24 +94,26 @@ void AttentionTile::RunStep(dnnl::stream& stream, Step& step, void* scratch) {
   Execute(step.primitive, stream, step.args);
 }
 
-void AttentionTile::Scores(dnnl::stream& stream, const float* q, const float* k, float* scores,
+void AttentionTile::Scores(dnnl::stream& stream, const void* q, const void* k, float* scores,
                            void* scratch) {
   // oneDNN takes non-const handles but never writes through a source.
-  q_.set_data_handle(const_cast<float*>(q));
-  k_.set_data_handle(const_cast<float*>(k));
+  q_.set_data_handle(const_cast<void*>(q));
+  k_.set_data_handle(const_cast<void*>(k));
   scores_.set_data_handle(scores);
   RunStep(stream, scores_step_, scratch);
 }
 
-void AttentionTile::Softmax(dnnl::stream& stream, float* scores, void* scratch) {
+void AttentionTile::Softmax(dnnl::stream& stream, float* scores, void* probabilities,
+                            void* scratch) {
   score_rows_.set_data_handle(scores);
+  probability_rows_.set_data_handle(probabilities);
   RunStep(stream, softmax_step_, scratch);
 }
 
-void AttentionTile::Values(dnnl::stream& stream, const float* scores, const float* v, float* out,
-                           void* scratch) {
-  scores_.set_data_handle(const_cast<float*>(scores));
-  v_.set_data_handle(const_cast<float*>(v));
+void AttentionTile::Values(dnnl::stream& stream, const void* probabilities, const void* v,
+                           void* out, void* scratch) {
+  probabilities_.set_data_handle(const_cast<void*>(probabilities));
+  v_.set_data_handle(const_cast<void*>(v));
   out_.set_data_handle(out);
   RunStep(stream, values_step_, scratch);
 }

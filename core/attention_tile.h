@@ -5,6 +5,8 @@
 //   scores = softmax(scores) along keys, in place
 //   out [batch, heads, rows, d_k] (strided into the concat buffer) = scores · V
 // The caller masks the scores between the first two steps.
+// With `bf16` set, Q, K and V are bf16, the scores stay f32, the softmax writes bf16
+// probabilities to a separate buffer, P·V accumulates in f32 and writes `out_bf16` ? bf16 : f32.
 //
 // AttentionTileCache keeps one AttentionTile per geometry. Not thread-safe. Internal to the core.
 #ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
@@ -27,13 +29,16 @@ struct TileGeometry {
   int64_t batch, heads, rows, keys, head_dim;
   int64_t q_ld, kv_ld, out_ld;
   int64_t q_batch_stride, kv_batch_stride, out_batch_stride;
+  bool bf16 = false;      // Q, K, V and the probabilities are bf16.
+  bool out_bf16 = false;  // The P·V output is bf16 (only with bf16).
 
   int64_t score_elements() const { return batch * heads * rows * keys; }
   bool operator==(const TileGeometry&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const TileGeometry& g) {
     return H::combine(std::move(h), g.batch, g.heads, g.rows, g.keys, g.head_dim, g.q_ld, g.kv_ld,
-                      g.out_ld, g.q_batch_stride, g.kv_batch_stride, g.out_batch_stride);
+                      g.out_ld, g.q_batch_stride, g.kv_batch_stride, g.out_batch_stride, g.bf16,
+                      g.out_bf16);
   }
 };
 
@@ -45,10 +50,13 @@ class AttentionTile {
   // Largest scratchpad any of the three primitives needs, in bytes.
   size_t scratchpad_bytes() const { return scratchpad_bytes_; }
 
-  // Each step runs synchronously on the CPU stream. `scratch` holds scratchpad_bytes().
-  void Scores(dnnl::stream& stream, const float* q, const float* k, float* scores, void* scratch);
-  void Softmax(dnnl::stream& stream, float* scores, void* scratch);
-  void Values(dnnl::stream& stream, const float* scores, const float* v, float* out, void* scratch);
+  // Each step runs synchronously on the CPU stream. `scratch` holds scratchpad_bytes(). Pointers
+  // are to elements of the types the geometry names. Softmax reads the f32 scores and writes
+  // `probabilities`: the same buffer for f32, a bf16 buffer of score_elements() for bf16.
+  void Scores(dnnl::stream& stream, const void* q, const void* k, float* scores, void* scratch);
+  void Softmax(dnnl::stream& stream, float* scores, void* probabilities, void* scratch);
+  void Values(dnnl::stream& stream, const void* probabilities, const void* v, void* out,
+              void* scratch);
 
  private:
   struct Step {
@@ -58,7 +66,7 @@ class AttentionTile {
   };
   void RunStep(dnnl::stream& stream, Step& step, void* scratch);
 
-  dnnl::memory q_, k_, scores_, score_rows_, v_, out_;
+  dnnl::memory q_, k_, scores_, probabilities_, score_rows_, probability_rows_, v_, out_;
   Step scores_step_, softmax_step_, values_step_;
   size_t scratchpad_bytes_ = 0;
 };

@@ -60,4 +60,35 @@ std::string OneDnnIsa() {
   }
 }
 
+bool HasNativeBf16() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+bool HasBf16Kernels() {
+  using isa = dnnl::cpu_isa;
+  const isa found = dnnl::get_effective_cpu_isa();
+  return found == isa::avx512_core || found == isa::avx512_core_vnni ||
+         found == isa::avx512_core_bf16 || found == isa::avx512_core_amx;
+}
+
+absl::Status CheckComputeTypeSupported(ComputeType compute_type, bool allow_emulation,
+                                       const std::string& what) {
+  if (compute_type != ComputeType::kBFloat16 || HasNativeBf16()) return absl::OkStatus();
+  if (allow_emulation && HasBf16Kernels()) return absl::OkStatus();
+  if (allow_emulation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": compute_dtype bf16: oneDNN ", OneDnnVersion(),
+                     " has no bf16 matmul on this CPU's ISA ", OneDnnIsa(),
+                     " (needs avx512_core or later); use compute_dtype \"fp32\""));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      what,
+      ": compute_dtype bf16 needs native bf16 (oneDNN ISA avx512_core_bf16 or "
+      "avx512_core_amx), but this CPU's oneDNN ISA is ",
+      OneDnnIsa(),
+      ", where oneDNN would emulate bf16 slower than fp32; use compute_dtype \"fp32\", or allow "
+      "emulation (--allow-bf16-emulation)"));
+}
+
 }  // namespace attnserve::core

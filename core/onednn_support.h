@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/attention_config.h"
 
 namespace attnserve::core {
 
@@ -34,6 +35,20 @@ std::string OneDnnVersion();
 
 // The instruction set oneDNN dispatches to on this machine, e.g. "avx512_core_bf16".
 std::string OneDnnIsa();
+
+// Whether oneDNN's ISA has native bf16 arithmetic (avx512_core_bf16 or avx512_core_amx); below
+// that oneDNN emulates bf16 matmuls, slower than fp32. Honours ONEDNN_MAX_CPU_ISA /
+// DNNL_MAX_CPU_ISA, which oneDNN reads once, at its first use in the process.
+bool HasNativeBf16();
+// Whether oneDNN 2.6 has bf16 matmul kernels at all here (avx512_core and up, emulated below
+// avx512_core_bf16); below avx512_core a bf16 layer cannot be built.
+bool HasBf16Kernels();
+
+// OK when `compute_type` can run at full speed here, or when `allow_emulation` and oneDNN can
+// emulate it; otherwise FailedPrecondition naming the ISA found and the remedies. `what`
+// prefixes the message.
+absl::Status CheckComputeTypeSupported(ComputeType compute_type, bool allow_emulation,
+                                       const std::string& what);
 
 }  // namespace attnserve::core
 

@@ -8,7 +8,7 @@
 namespace attnserve::core {
 
 absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t rows, int64_t cols,
-                                        int64_t ld) {
+                                        int64_t ld, dnnl::memory::data_type type) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   if (ld < cols || static_cast<int64_t>(plain.size()) < (rows - 1) * ld + cols) {
@@ -20,8 +20,8 @@ absl::StatusOr<PackedMatrix> PackMatrix(std::span<const float> plain, int64_t ro
     const dnnl::engine& engine = CpuEngine();
     // Any representative row count works: the preferred weights layout depends on K and N only.
     constexpr int64_t kProbeRows = 256;
-    const dnnl::memory::desc src({kProbeRows, rows}, dt::f32, tag::ab);
-    const dnnl::memory::desc any_weights({rows, cols}, dt::f32, tag::any);
+    const dnnl::memory::desc src({kProbeRows, rows}, type, tag::ab);
+    const dnnl::memory::desc any_weights({rows, cols}, type, tag::any);
     const dnnl::memory::desc dst({kProbeRows, cols}, dt::f32, tag::ab);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any_weights, dst), engine);
 

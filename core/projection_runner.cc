@@ -10,8 +10,8 @@ using tag = dnnl::memory::format_tag;
 
 ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatrix& weights) {
   const dnnl::engine& engine = CpuEngine();
-  const dnnl::memory::desc src({key.m, key.k}, dt::f32, tag::ab);
-  const dnnl::memory::desc dst({key.m, key.n}, dt::f32, tag::ab);
+  const dnnl::memory::desc src({key.m, key.k}, key.src_type, tag::ab);
+  const dnnl::memory::desc dst({key.m, key.n}, key.dst_type, tag::ab);
   const dnnl::memory::desc bias =
       key.bias ? dnnl::memory::desc({1, key.n}, dt::f32, tag::ab) : dnnl::memory::desc();
   dnnl::primitive_attr attr;
@@ -34,16 +34,16 @@ ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatr
   return e;
 }
 
-absl::Status ProjectionRunner::Run(const float* src, int64_t m, const PackedMatrix& weights,
-                                   std::span<const float> bias, float* dst, dnnl::stream& stream,
-                                   AlignedBuffer& scratchpad) {
+absl::Status ProjectionRunner::Run(const void* src, int64_t m, const PackedMatrix& weights,
+                                   std::span<const float> bias, void* dst, dnnl::stream& stream,
+                                   AlignedBuffer& scratchpad, dnnl::memory::data_type dst_type) {
   try {
-    const Key key{m, weights.rows, weights.cols, !bias.empty()};
+    const Key key{m, weights.rows, weights.cols, !bias.empty(), weights.data_type(), dst_type};
     Entry* e = cache_.Find(key);
     if (e == nullptr) e = cache_.Insert(key, Build(key, weights));
     float* scratch = scratchpad.Reserve(e->scratchpad_bytes / sizeof(float) + 1);
     // oneDNN takes non-const handles but never writes through src, weights or bias.
-    e->src.set_data_handle(const_cast<float*>(src));
+    e->src.set_data_handle(const_cast<void*>(src));
     e->weights.set_data_handle(const_cast<float*>(weights.data()));
     if (key.bias) e->bias.set_data_handle(const_cast<float*>(bias.data()));
     e->dst.set_data_handle(dst);

@@ -92,7 +92,8 @@ absl::Status CheckModel(const std::filesystem::path& folder, std::ostream& out) 
   if (!loaded.ok()) return loaded.status();
   const model::Model& m = **loaded;
   out << "model " << m.name << " (" << folder.string() << "): OK\n"
-      << "  config: " << Describe(m.config.attention) << "\n"
+      << "  config: " << Describe(m.config.attention) << ", compute "
+      << core::ComputeTypeName(m.config.attention.compute_type) << "\n"
       << "  weights: " << m.weight_naming << " naming, " << m.file_dtype
       << (m.config.weights_sha256 ? ", SHA-256 verified"
                                   : ", not verified (config.json has no weights_sha256)")

@@ -13,6 +13,7 @@
 #include "core/model/safetensors_file.h"
 #include "core/model/sha256.h"
 #include "core/model/weight_naming.h"
+#include "core/onednn_support.h"
 
 namespace attnserve::model {
 namespace {
@@ -75,10 +76,18 @@ std::string FolderName(const std::filesystem::path& folder) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder) {
+absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder,
+                                                             const LoadOptions& options) {
   if (absl::Status s = CheckFolder(folder); !s.ok()) return s;
   absl::StatusOr<ModelConfig> config = ReadConfig(folder / kConfigFileName);
   if (!config.ok()) return config.status();
+  if (options.compute_type) config->attention.compute_type = *options.compute_type;
+  // Before reading the weights: a model this CPU cannot run well is refused cheaply.
+  if (absl::Status s = core::CheckComputeTypeSupported(
+          config->attention.compute_type, options.allow_bf16_emulation, folder.string());
+      !s.ok()) {
+    return s;
+  }
 
   const std::filesystem::path weights_path = folder / kWeightsFileName;
   absl::StatusOr<FileBytes> bytes = FileBytes::Open(weights_path);
@@ -119,29 +128,38 @@ bool IsValidModelName(std::string_view name) {
          name.find('\0') == std::string_view::npos;
 }
 
-absl::StatusOr<std::shared_ptr<const Model>> DemoModel() {
-  static const absl::StatusOr<std::shared_ptr<const Model>>* const demo =
-      new absl::StatusOr<std::shared_ptr<const Model>>(
-          []() -> absl::StatusOr<std::shared_ptr<const Model>> {
-            ModelConfig config;
-            config.attention = {.d_model = 512,
-                                .num_heads = 8,
-                                .variant = core::AttentionVariant::kMultiHead,
-                                .bias = true};
-            absl::StatusOr<std::shared_ptr<const core::AttentionLayer>> layer =
-                core::AttentionLayer::Create(config.attention,
-                                             core::MakeRandomWeights(config.attention, kDemoSeed));
-            if (!layer.ok()) return layer.status();
-            auto model = std::make_shared<Model>();
-            model->name = kDemoModelName;
-            model->config = config;
-            model->layer = *std::move(layer);
-            model->source = "embedded";
-            model->weight_naming = "embedded";
-            model->file_dtype = "F32";
-            return model;
-          }());
-  return *demo;
+namespace {
+
+absl::StatusOr<std::shared_ptr<const Model>> BuildDemoModel(core::ComputeType type) {
+  ModelConfig config;
+  config.attention = {.d_model = 512,
+                      .num_heads = 8,
+                      .variant = core::AttentionVariant::kMultiHead,
+                      .bias = true,
+                      .compute_type = type};
+  absl::StatusOr<std::shared_ptr<const core::AttentionLayer>> layer = core::AttentionLayer::Create(
+      config.attention, core::MakeRandomWeights(config.attention, kDemoSeed));
+  if (!layer.ok()) return layer.status();
+  auto model = std::make_shared<Model>();
+  model->name = kDemoModelName;
+  model->config = config;
+  model->layer = *std::move(layer);
+  model->source = "embedded";
+  model->weight_naming = "embedded";
+  model->file_dtype = "F32";
+  return model;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Model>> DemoModel(core::ComputeType type) {
+  using Result = absl::StatusOr<std::shared_ptr<const Model>>;
+  if (type == core::ComputeType::kBFloat16) {
+    static const Result* const bf16 = new Result(BuildDemoModel(type));
+    return *bf16;
+  }
+  static const Result* const fp32 = new Result(BuildDemoModel(core::ComputeType::kFloat32));
+  return *fp32;
 }
 
 }  // namespace attnserve::model

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -50,13 +51,26 @@ bool IsValidModelName(std::string_view name);
 // InvalidArgument for anything malformed, DataLoss for weights whose SHA-256 differs from
 // config.json's (giving both digests), Aborted for a file rewritten while it was read (FileBytes),
 // Internal/ResourceExhausted from packing. Never crashes on a broken file. Thread-safe.
-absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder);
+//
+// `options` may override config.json's compute type; a bf16 model on a CPU without native bf16
+// is refused with FailedPrecondition naming the ISA found, unless options allow emulation.
+struct LoadOptions {
+  // Replaces every model's "compute_dtype" when set (the server's --compute-dtype).
+  std::optional<core::ComputeType> compute_type = std::nullopt;
+  // Load bf16 models even where oneDNN would emulate bf16 (slower than fp32).
+  bool allow_bf16_emulation = false;
+};
+absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder,
+                                                             const LoadOptions& options = {});
 
 // The embedded default model `demo`: d_model 512, 8 heads, multi-head with bias, weights
 // core::MakeRandomWeights(config, kDemoSeed). Built on first use, then shared (an error, e.g.
 // ResourceExhausted from packing, is returned on every call).
 inline constexpr uint64_t kDemoSeed = 20261129;
-absl::StatusOr<std::shared_ptr<const Model>> DemoModel();
+// `type` bf16 builds a bf16-compute copy of the same weights (the server's --compute-dtype bf16);
+// the caller checks the CPU supports it (core::CheckComputeTypeSupported).
+absl::StatusOr<std::shared_ptr<const Model>> DemoModel(
+    core::ComputeType type = core::ComputeType::kFloat32);
 
 }  // namespace attnserve::model
 

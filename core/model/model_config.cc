@@ -91,6 +91,12 @@ absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& co
     if (!value.is_string() || value.get<std::string>() != fp32) {
       return BadValue(key, "\"" + fp32 + "\"", value);
     }
+  } else if (key == "compute_dtype") {
+    // The arithmetic, independent of the weights file's stored dtype (F32, F16 or BF16).
+    if (!value.is_string()) return BadValue(key, "\"fp32\" or \"bf16\"", value);
+    absl::StatusOr<core::ComputeType> type = core::ParseComputeType(value.get<std::string>());
+    if (!type.ok()) return BadValue(key, "\"fp32\" or \"bf16\"", value);
+    attention.compute_type = *type;
   } else if (key == "max_sequence_length") {
     absl::StatusOr<int64_t> v = ReadInteger(key, value, 1);
     if (!v.ok()) return v.status();
@@ -108,8 +114,8 @@ absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& co
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown key \"", key,
-                     "\"; expected d_model, num_heads, variant, bias, dtype, max_sequence_length, "
-                     "batching or weights_sha256"));
+                     "\"; expected d_model, num_heads, variant, bias, dtype, compute_dtype, "
+                     "max_sequence_length, batching or weights_sha256"));
   }
   return absl::OkStatus();
 }
@@ -145,7 +151,7 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   root["num_heads"] = a.num_heads;
   root["variant"] = std::string(core::VariantName(a.variant));
   root["bias"] = a.bias;
-  root["dtype"] = std::string(core::ComputeTypeName(a.compute_type));
+  root["compute_dtype"] = std::string(core::ComputeTypeName(a.compute_type));
   if (config.max_sequence_length) root["max_sequence_length"] = *config.max_sequence_length;
   json batching = json::object();
   const BatchingOverrides& b = config.batching;

@@ -7,8 +7,9 @@
 //                 "max_queued_bytes": 268435456},
 //    "weights_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 //
-// Required: d_model, num_heads. Defaults: variant "multi_head", bias false, dtype "fp32" (the
-// compute type; the weights file may hold F32, F16 or BF16). max_sequence_length and every
+// Required: d_model, num_heads. Defaults: variant "multi_head", bias false, compute_dtype "fp32"
+// ("fp32" or "bf16": the arithmetic, independent of the weights file's F32, F16 or BF16; the
+// older key "dtype" accepts only "fp32"). max_sequence_length and every
 // batching key are optional overrides of the server's defaults. weights_sha256, when present, is
 // the SHA-256 of weights.safetensors that a load verifies (model.h); absent, nothing is checked.
 // Any other key is an error naming it. A plain value type.

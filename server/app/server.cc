@@ -152,6 +152,7 @@ std::unique_ptr<metrics::ServerMetrics> MakeMetrics(const ServerOptions& options
       .version = ATTNSERVE_VERSION,
       .onednn_version = core::OneDnnVersion(),
       .isa = core::OneDnnIsa(),
+      .native_bf16 = core::HasNativeBf16(),
   });
 }
 

@@ -61,6 +61,13 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
       ->capture_default_str();
   app.add_option("--default-model", options.default_model,
                  "Model answering requests that name none (default: the only model, or demo)");
+  app.add_option("--compute-dtype", flags.compute_dtype,
+                 "Compute every model folder in fp32 or bf16, overriding config.json's "
+                 "compute_dtype, and the demo model's (default: each model's own; demo fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_flag("--allow-bf16-emulation", flags.server.repository.load.allow_bf16_emulation,
+               "Load bf16 models even on a CPU without native bf16 (AVX512-BF16/AMX), where "
+               "oneDNN emulates it more slowly than fp32");
   app.add_option("--model-poll-interval-s", flags.model_poll_interval_s,
                  "Seconds between scans of the repository for added, changed or removed models "
                  "(0 = load once)")
@@ -184,6 +191,10 @@ void FinishServerFlags(ServerFlags& flags) {
       {"always", repository::DemoModelPolicy::kAlways},
       {"never", repository::DemoModelPolicy::kNever}};
   flags.server.repository.demo_model = kPolicies.at(flags.demo_model);
+  if (!flags.compute_dtype.empty()) {
+    // Checked by CLI::IsMember, so parsing cannot fail here.
+    flags.server.repository.load.compute_type = *core::ParseComputeType(flags.compute_dtype);
+  }
   flags.server.model_poll_interval_ms =
       static_cast<int64_t>(std::llround(flags.model_poll_interval_s * 1000.0));
   flags.server.max_connection_age_ms =

@@ -16,6 +16,7 @@ namespace attnserve::server {
 struct ServerFlags {
   ServerOptions server;
   std::string demo_model = "auto";  // auto | always | never
+  std::string compute_dtype;        // "" (each model's config.json) | fp32 | bf16
   double model_poll_interval_s = 5.0;
   double shutdown_grace_s = 30.0;
   double max_connection_age_s = 0.0;

@@ -197,11 +197,14 @@ ServerMetrics::ServerMetrics(const BuildInfo& build)
                    .Add({});
   BuildGauge()
       .Name("attnserve_build_info")
-      .Help("Always 1; the labels describe the build and the machine's oneDNN ISA.")
+      .Help(
+          "Always 1; the labels describe the build, the machine's oneDNN ISA and whether it "
+          "computes bf16 natively (bf16 models load only then, unless emulation is allowed).")
       .Register(*registry_)
       .Add({{"version", build.version},
             {"onednn_version", build.onednn_version},
-            {"isa", build.isa}})
+            {"isa", build.isa},
+            {"native_bf16", build.native_bf16 ? "true" : "false"}})
       .Set(1);
   unknown_ = std::unique_ptr<ModelMetrics>(new ModelMetrics(this, kUnknownModel));
   no_model_ = std::unique_ptr<ModelMetrics>(new ModelMetrics(this, ""));

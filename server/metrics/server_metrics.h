@@ -68,11 +68,12 @@ std::vector<double> LatencyBucketsSeconds();
 std::vector<double> BatchSequenceBuckets();
 std::vector<double> BatchTokenBuckets();
 
-// The build attnserve_build_info{version,onednn_version,isa} describes.
+// The build attnserve_build_info{version,onednn_version,isa,native_bf16} describes.
 struct BuildInfo {
   std::string version;
   std::string onednn_version;
   std::string isa;
+  bool native_bf16 = false;  // Whether bf16 compute_dtype runs natively (not emulated).
 };
 
 // What the server reports about one model when scraped (attnserve_model_loaded,

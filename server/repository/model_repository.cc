@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/onednn_support.h"
 
 namespace attnserve::repository {
 
@@ -183,7 +184,13 @@ int64_t ModelRepository::NextVersion(const std::string& name) { return ++last_ve
 
 void ModelRepository::ServeEmbeddedDemo(const std::string& name, Entry& entry) {
   entry.embedded = true;
-  absl::StatusOr<std::shared_ptr<const model::Model>> demo = DemoModel();
+  // --compute-dtype applies to the demo model too; on a CPU without native bf16 it is refused
+  // like any bf16 model (unless emulation is allowed).
+  const core::ComputeType type = options_.load.compute_type.value_or(core::ComputeType::kFloat32);
+  absl::Status supported =
+      core::CheckComputeTypeSupported(type, options_.load.allow_bf16_emulation, "demo");
+  absl::StatusOr<std::shared_ptr<const model::Model>> demo =
+      supported.ok() ? DemoModel(type) : supported;
   if (!demo.ok()) {
     entry.serving = nullptr;
     if (entry.last_error.ok()) entry.last_error = demo.status();
@@ -245,7 +252,7 @@ ModelRepository::Fingerprint ModelRepository::FingerprintOf(const std::string& n
 
 ModelEvent ModelRepository::LoadAndSwap(const std::string& name, Fingerprint fingerprint) {
   absl::StatusOr<std::shared_ptr<const model::Model>> loaded =
-      LoadModelFolder(options_.root / name);
+      LoadModelFolder(options_.root / name, options_.load);
 
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = entries_[name];

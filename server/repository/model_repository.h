@@ -45,6 +45,9 @@ struct ModelRepositoryOptions {
   // The repository folder. Default: "models" (relative to the working directory).
   std::filesystem::path root = "models";
   DemoModelPolicy demo_model = DemoModelPolicy::kWhenNoRepository;
+  // Compute type override and bf16 emulation policy for every model (model.h), the embedded
+  // demo model included.
+  model::LoadOptions load = {};
 };
 
 // What one Poll() or Reload() did to one model.

@@ -177,21 +177,26 @@ std::string ShapeName(const Case& c) {
   name += "/T:" + (uniform ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi));
   if (!c.memory_lengths.empty()) name += "/S:" + std::to_string(c.memory_lengths.front());
   name += "/d:" + std::to_string(c.config.d_model) + "/h:" + std::to_string(c.config.num_heads) +
-          "/causal:" + std::to_string(c.causal ? 1 : 0);
+          "/causal:" + std::to_string(c.causal ? 1 : 0) +
+          "/compute:" + std::string(core::ComputeTypeName(c.config.compute_type));
   return name;
 }
 
-// Registers `family`/<shape>/threads:N for each thread count.
-void RegisterForward(const std::string& family, const Case& c, std::vector<int> thread_counts) {
-  auto lazy = std::make_shared<LazyProblem>(c);
-  for (int threads : thread_counts) {
-    const std::string name = family + "/" + ShapeName(c) + "/threads:" + std::to_string(threads);
-    benchmark::RegisterBenchmark(name.c_str(),
-                                 [lazy, threads](benchmark::State& state) {
-                                   RunForward(state, *lazy, {.compute_threads = threads});
-                                 })
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+// Registers `family`/<shape>/compute:T/threads:N for each thread count, in fp32 and in bf16.
+void RegisterForward(const std::string& family, const Case& fp32, std::vector<int> thread_counts) {
+  for (core::ComputeType type : {core::ComputeType::kFloat32, core::ComputeType::kBFloat16}) {
+    Case c = fp32;
+    c.config.compute_type = type;
+    auto lazy = std::make_shared<LazyProblem>(c);
+    for (int threads : thread_counts) {
+      const std::string name = family + "/" + ShapeName(c) + "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [lazy, threads](benchmark::State& state) {
+                                     RunForward(state, *lazy, {.compute_threads = threads});
+                                   })
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
 }
 

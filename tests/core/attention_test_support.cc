@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -141,6 +142,85 @@ void ExpectMatchesReference(core::AttentionExecutor& executor, const core::Atten
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_TRUE(NearReference(with.output, expected->output, "output"));
   EXPECT_TRUE(NearReference(with.weights, expected->weights, "weights"));
+}
+
+ErrorSummary SummariseError(std::span<const float> actual, std::span<const double> expected) {
+  ErrorSummary summary;
+  double squares = 0.0;
+  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
+    const double err = std::abs(actual[i] - expected[i]);
+    // NaN must fail the bound, so it becomes an infinite error.
+    summary.max_abs_error = std::max(summary.max_abs_error, std::isnan(err) ? INFINITY : err);
+    squares += expected[i] * expected[i];
+  }
+  summary.rms = expected.empty() ? 0.0 : std::sqrt(squares / static_cast<double>(expected.size()));
+  return summary;
+}
+
+namespace {
+
+// Counts positions where the reference is exactly 0 but `actual` is not.
+size_t NonZeroWhereReferenceZero(std::span<const float> actual, std::span<const double> expected) {
+  size_t count = 0;
+  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
+    count += expected[i] == 0.0 && actual[i] != 0.0f;
+  }
+  return count;
+}
+
+}  // namespace
+
+void ExpectBf16NearReference(core::AttentionExecutor& executor, const core::AttentionLayer& layer,
+                             const core::AttentionWeights& weights, const TestBatch& batch) {
+  core::AttentionConfig config = layer.config();
+  const ForwardResult with = RunForward(executor, layer, batch, /*with_weights=*/true);
+  ASSERT_TRUE(with.status.ok()) << with.status;
+  const ForwardResult without = RunForward(executor, layer, batch, /*with_weights=*/false);
+  ASSERT_TRUE(without.status.ok()) << without.status;
+  ASSERT_EQ(with.output.size(), without.output.size());
+  EXPECT_EQ(
+      0, std::memcmp(with.output.data(), without.output.data(), with.output.size() * sizeof(float)))
+      << "output differs between weights requested and not requested";
+
+  config.compute_type = core::ComputeType::kFloat32;  // The reference is exact (double) anyway.
+  const auto expected = reference::Attention(config, weights, batch.Inputs());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(with.output.size(), expected->output.size());
+  ASSERT_EQ(with.weights.size(), expected->weights.size());
+
+  const ErrorSummary out = SummariseError(with.output, expected->output);
+  EXPECT_LE(out.max_abs_error, kBf16OutputBound * out.rms)
+      << "output: max abs error " << out.max_abs_error << ", RMS " << out.rms;
+  EXPECT_EQ(NonZeroWhereReferenceZero(with.output, expected->output), 0u)
+      << "output: non-zero where the reference is exactly zero";
+  const ErrorSummary w = SummariseError(with.weights, expected->weights);
+  EXPECT_LE(w.max_abs_error, kBf16WeightsBound) << "weights: max abs error " << w.max_abs_error;
+  EXPECT_EQ(NonZeroWhereReferenceZero(with.weights, expected->weights), 0u)
+      << "weights: non-zero where the reference is exactly zero";
+
+  // Rows of the weights output: per sequence [h, T_i, S_i].
+  size_t offset = 0, bad_rows = 0;
+  double worst_sum = 0.0;
+  for (int64_t i = 0; i < batch.num_sequences(); ++i) {
+    const size_t s = static_cast<size_t>(batch.key_length(i));
+    const size_t rows = static_cast<size_t>(config.num_heads * batch.query_length(i));
+    for (size_t r = 0; r < rows; ++r, offset += s) {
+      double ours = 0.0, reference_sum = 0.0;
+      for (size_t j = 0; j < s; ++j) {
+        ours += with.weights[offset + j];
+        reference_sum += expected->weights[offset + j];
+      }
+      if (reference_sum == 0.0) continue;  // Blocked row or disabled head: checked above.
+      worst_sum = std::max(worst_sum, std::abs(ours - 1.0));
+      bad_rows += !(std::abs(ours - 1.0) <= kBf16RowSumBound);
+    }
+  }
+  EXPECT_EQ(bad_rows, 0u) << "weights rows not summing to 1 within " << kBf16RowSumBound
+                          << " (worst " << worst_sum << ")";
+  // Printed so that the bounds' headroom is visible in the test log.
+  std::printf("bf16 error: output max %.3g (%.3g x RMS %.3g), weights max %.3g, row sum %.3g\n",
+              out.max_abs_error, out.max_abs_error / std::max(out.rms, 1e-30), out.rms,
+              w.max_abs_error, worst_sum);
 }
 
 TestLayer MakeTestLayer(const core::AttentionConfig& config, uint64_t seed) {

@@ -76,6 +76,29 @@ ForwardResult RunForward(core::AttentionExecutor& executor, const core::Attentio
 void ExpectMatchesReference(core::AttentionExecutor& executor, const core::AttentionLayer& layer,
                             const core::AttentionWeights& weights, const TestBatch& batch);
 
+// The bf16 compute bounds against the double-precision reference (bf16 keeps 8 significant bits,
+// relative rounding 2^-9 ≈ 0.002, applied to inputs, weights, Q/K/V, probabilities and the heads'
+// concat): max |core - ref| over the output ≤ kBf16OutputBound · RMS(ref output); over the
+// weights output ≤ kBf16WeightsBound (probabilities are in [0, 1]); each unblocked weights row
+// sums to 1 within kBf16RowSumBound. Measured worst over the sweep (reference_sweep_test prints
+// each case): 0.09·RMS, 0.0033 and 0.0039 (2^-8: the probabilities are rounded to bf16).
+inline constexpr double kBf16OutputBound = 0.125;
+inline constexpr double kBf16WeightsBound = 0.01;
+inline constexpr double kBf16RowSumBound = 0.005;
+
+// The bf16 counterpart of ExpectMatchesReference: both calls succeed with bitwise equal outputs;
+// output and weights within the bounds above; wherever the reference is exactly 0 (blocked keys,
+// fully blocked rows, disabled heads) the core gives exactly 0; weights rows sum to 1.
+void ExpectBf16NearReference(core::AttentionExecutor& executor, const core::AttentionLayer& layer,
+                             const core::AttentionWeights& weights, const TestBatch& batch);
+
+// Max |actual - expected| and RMS(expected); sizes must match.
+struct ErrorSummary {
+  double max_abs_error = 0.0;
+  double rms = 0.0;
+};
+ErrorSummary SummariseError(std::span<const float> actual, std::span<const double> expected);
+
 // Creates a layer with MakeRandomWeights(config, seed); fatal-free: returns null and adds a
 // failure when creation fails.
 struct TestLayer {

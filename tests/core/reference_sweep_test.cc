@@ -1,13 +1,15 @@
 // The core against the double-precision reference over a sweep of layer shapes (d_model, heads,
 // variant, bias) and batch scenarios (ragged lengths, runs of equal lengths, every mask kind,
 // cross-attention with S > T and S < T, head masks). Every case runs with and without the weights
-// output and checks that the output is identical either way.
+// output and checks that the output is identical either way; every case also runs in bf16
+// compute against the bf16 bounds.
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention_executor.h"
+#include "core/onednn_support.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 
@@ -137,16 +139,12 @@ void PrintTo(const SweepCase& c, std::ostream* os) {
       << c.scenario.name;
 }
 
-class ReferenceSweepTest : public ::testing::TestWithParam<SweepCase> {};
+uint64_t CaseSeed(const AttentionConfig& c) {
+  return static_cast<uint64_t>(c.d_model * 131 + c.num_heads * 7 + (c.bias ? 1 : 0));
+}
 
-TEST_P(ReferenceSweepTest, MatchesReferenceWithAndWithoutWeights) {
-  const SweepCase& p = GetParam();
+TestBatch ScenarioBatch(const SweepCase& p, uint64_t seed) {
   const Scenario& s = p.scenario;
-  const uint64_t seed = static_cast<uint64_t>(p.config.d_model * 131 + p.config.num_heads * 7 +
-                                              (p.config.bias ? 1 : 0));
-  const TestLayer layer = MakeTestLayer(p.config, seed);
-  ASSERT_NE(layer.layer, nullptr);
-
   TestBatch batch = MakeBatch(p.config.d_model, s.query, s.memory, seed + 17);
   batch.causal = s.mask == MaskKind::kCausal || s.mask == MaskKind::kExplicitCausal;
   if (s.mask == MaskKind::kExplicit || s.mask == MaskKind::kExplicitCausal) {
@@ -158,9 +156,37 @@ TEST_P(ReferenceSweepTest, MatchesReferenceWithAndWithoutWeights) {
     for (int64_t head = 0; head < p.config.num_heads; ++head) enabled.push_back(head % 3 != 1);
     SetHeadMask(batch, enabled);
   }
+  return batch;
+}
 
+class ReferenceSweepTest : public ::testing::TestWithParam<SweepCase> {};
+
+TEST_P(ReferenceSweepTest, MatchesReferenceWithAndWithoutWeights) {
+  const SweepCase& p = GetParam();
+  const uint64_t seed = CaseSeed(p.config);
+  const TestLayer layer = MakeTestLayer(p.config, seed);
+  ASSERT_NE(layer.layer, nullptr);
+  const TestBatch batch = ScenarioBatch(p, seed);
   core::AttentionExecutor executor;
   ExpectMatchesReference(executor, *layer.layer, layer.weights, batch);
+}
+
+// The same cases computed in bf16 (same weights and inputs), within the bf16 bounds of
+// attention_test_support.h.
+class Bf16SweepTest : public ::testing::TestWithParam<SweepCase> {};
+
+TEST_P(Bf16SweepTest, WithinBf16BoundsOfReference) {
+  // oneDNN 2.6 has no bf16 matmul below avx512_core (tests/model/compute_dtype_test.cc).
+  if (!core::HasBf16Kernels()) GTEST_SKIP() << "no bf16 kernels on " << core::OneDnnIsa();
+  const SweepCase& p = GetParam();
+  const uint64_t seed = CaseSeed(p.config);
+  AttentionConfig config = p.config;
+  config.compute_type = core::ComputeType::kBFloat16;
+  const TestLayer layer = MakeTestLayer(config, seed);
+  ASSERT_NE(layer.layer, nullptr);
+  const TestBatch batch = ScenarioBatch(p, seed);
+  core::AttentionExecutor executor;
+  ExpectBf16NearReference(executor, *layer.layer, layer.weights, batch);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, ReferenceSweepTest, ::testing::ValuesIn(AllCases()), CaseName);
@@ -186,6 +212,8 @@ std::vector<SweepCase> OddShapeCases() {
 
 INSTANTIATE_TEST_SUITE_P(OddShapes, ReferenceSweepTest, ::testing::ValuesIn(OddShapeCases()),
                          CaseName);
+INSTANTIATE_TEST_SUITE_P(Sweep, Bf16SweepTest, ::testing::ValuesIn(AllCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(OddShapes, Bf16SweepTest, ::testing::ValuesIn(OddShapeCases()), CaseName);
 
 }  // namespace
 }  // namespace attnserve::testing

@@ -14,9 +14,11 @@ case.safetensors holds torch's view of the call (padded to the longest sequence)
   key_padding_mask  BOOL [B, S]         when some sequence is shorter than S; True = padding
   attn_mask         BOOL [T, S]         causal or explicit masks; True = blocked
   expected_output   F32  [B, T, d]      rows past query_lengths are not meaningful
+  reference_output  F32  [B, T, d]      torch in float64 (rounded to F32)
   expected_weights  F32  [B, h, T, S]   need_weights=True, average_attn_weights=False
 and string metadata: mask (none|causal|explicit), cross, need_weights, the model's shape,
-naming and file dtype, and torch's own fp32 error (against float64) for the record.
+naming and file dtype, torch's own fp32 error (against float64) for the record, and torch's
+bf16 module's error (torch_bf16_error, max abs against float64 over valid rows).
 """
 
 import argparse
@@ -135,6 +137,11 @@ def make_case(spec, seed, folder):
                             key_padding_mask, attn_mask, False)
     valid = ~padding_mask(lengths)
     torch_fp32_error = (output.double() - output64)[valid].abs().max().item()
+    # torch's own CPU bf16 module on the same inputs: the error attnserve's bf16 compute must not
+    # exceed (torch_interop_test.cc, Bf16ErrorNoLargerThanTorchBf16).
+    output_bf16, _ = run_torch(copy.deepcopy(mha).to(torch.bfloat16), query.bfloat16(),
+                               memory.bfloat16(), key_padding_mask, attn_mask, False)
+    torch_bf16_error = (output_bf16.double() - output64)[valid].abs().max().item()
 
     export_torch.export_mha(mha, os.path.join(folder, MODEL_FOLDER_NAME),
                             naming=spec.get("naming", "torch"), dtype=spec.get("dtype", "f32"))
@@ -147,6 +154,7 @@ def make_case(spec, seed, folder):
     if attn_mask is not None:
         tensors["attn_mask"] = attn_mask
     tensors["expected_output"] = output
+    tensors["reference_output"] = output64.float()
     if need_weights:
         tensors["expected_weights"] = weights
     metadata = {
@@ -162,6 +170,7 @@ def make_case(spec, seed, folder):
         "need_weights": str(need_weights).lower(),
         "torch_version": torch.__version__,
         "torch_fp32_error": f"{torch_fp32_error:.3g}",
+        "torch_bf16_error": repr(torch_bf16_error),
     }
     export_torch.write_safetensors(os.path.join(folder, CASE_FILE_NAME), tensors, metadata)
     return metadata

@@ -68,7 +68,7 @@ TEST_F(ModelCommandsTest, GenerateWritesAFolderThatLoadsToTheGeneratorsWeights) 
   // generate records the weights' digest, and check (loading as the server does) verified it.
   EXPECT_THAT(check.str(), HasSubstr("weights: split naming, F32, SHA-256 verified"));
   EXPECT_THAT(check.str(), HasSubstr("\"weights_sha256\": \""));
-  EXPECT_THAT(check.str(), HasSubstr("4224 parameters"));
+  EXPECT_THAT(check.str(), HasSubstr("4224 parameters, compute fp32"));
   EXPECT_THAT(check.str(), HasSubstr("q_proj.weight"));
   EXPECT_THAT(check.str(), HasSubstr("[32, 32]"));
   EXPECT_THAT(check.str(), HasSubstr("out_proj.bias"));

@@ -123,7 +123,8 @@ TEST(ServerMetricsTest, BuildInfoLoadFailuresAndInflight) {
   const Samples samples = Collect(metrics);
   EXPECT_EQ(
       ValueOf(samples,
-              "attnserve_build_info{isa=\"avx2\",onednn_version=\"2.6.3\",version=\"1.2.3\"}"),
+              "attnserve_build_info{isa=\"avx2\",native_bf16=\"false\",onednn_version=\"2.6.3\","
+              "version=\"1.2.3\"}"),
       1);
   EXPECT_EQ(ValueOf(samples, "attnserve_model_load_failures_total{model=\"broken\"}"), 2);
   EXPECT_EQ(ValueOf(samples, "attnserve_inflight_requests"), 1);
