@@ -18,6 +18,7 @@ ALLOWED = {
     "core/util": [],
     "core": ["core/util"],
     "core/model": ["core", "core/util"],
+    "core/kv_cache": ["core", "core/util"],
     "server/batching": ["core/util"],
     "server/metrics": ["core/util"],
     "server/repository": ["core/model", "core", "core/util"],

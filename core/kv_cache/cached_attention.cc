@@ -1,0 +1,379 @@
+#include "core/kv_cache/cached_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/finite_values.h"
+#include "core/kv_cache/paged_attention.h"
+#include "core/onednn_support.h"
+#include "core/projection_runner.h"
+#include "core/util/aligned_buffer.h"
+
+namespace attnserve::core {
+namespace {
+
+// Sets this thread's OpenMP team size for one call and restores it afterwards; 0 leaves it.
+class OpenMpThreadsScope {
+ public:
+  explicit OpenMpThreadsScope(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~OpenMpThreadsScope() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
+  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Where one sequence's attention reads and writes.
+struct SequencePlan {
+  int64_t q_row = 0;     // First new row in the batch.
+  int64_t rows = 0;      // T_i.
+  int64_t past = 0;      // Keys before the first new query (P_i; the memory length for cross).
+  int64_t keys = 0;      // S_i.
+  int64_t scores = 0;    // Σ T·S of the sequences before it (mask and weights offset / h).
+  int64_t segment = 0;   // First KvSegment of head 0 in the flat segment list.
+  int64_t segments = 0;  // Segments per head.
+  bool causal = false;
+};
+
+// Validates the memory batch of LoadMemory (the query batch goes through ValidateBatch).
+absl::Status ValidateMemory(const RaggedBatch& memory, int64_t d) {
+  if (memory.offsets.size() < 2 || memory.offsets[0] != 0) {
+    return absl::InvalidArgumentError("memory.offsets: expected at least 2 entries starting at 0");
+  }
+  for (size_t i = 1; i < memory.offsets.size(); ++i) {
+    if (memory.offsets[i] <= memory.offsets[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory.offsets: expected strictly increasing values, entry ", i, " is ",
+                       memory.offsets[i], " after ", memory.offsets[i - 1]));
+    }
+  }
+  if (static_cast<int64_t>(memory.data.size()) != memory.rows() * d) {
+    return absl::InvalidArgumentError(absl::StrCat("memory.data: expected ", memory.rows(), " x ",
+                                                   d, " floats, got ", memory.data.size()));
+  }
+  if (const int64_t bad = FindNonFinite(memory.data); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("memory.data: value ", bad, " is not finite"));
+  }
+  return absl::OkStatus();
+}
+
+// InvalidArgument unless every non-null entry of `caches` is distinct.
+absl::Status CheckDistinct(std::span<KvSequence* const> caches) {
+  std::vector<KvSequence*> sorted;
+  for (KvSequence* c : caches) {
+    if (c != nullptr) sorted.push_back(c);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError("caches: a sequence's cache appears more than once");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct CachedAttentionExecutor::Impl {
+  explicit Impl(const ExecutorOptions& o)
+      : options(o), stream(CpuEngine()), projections(o.max_cached_shapes) {}
+
+  absl::Status Validate(const AttentionLayer& layer, const KvBlockPool& pool,
+                        const CachedAttentionInputs& in, const AttentionOutputs& out);
+  absl::Status ReserveAll(KvBlockPool& pool, std::span<KvSequence* const> caches,
+                          const RaggedBatch& rows);
+  absl::Status Run(const AttentionLayer& layer, KvBlockPool& pool, const CachedAttentionInputs& in,
+                   const AttentionOutputs& out);
+  void Plan(const KvBlockPool& pool, const CachedAttentionInputs& in, const float* qkv);
+  void Attend(const AttentionConfig& config, const CachedAttentionInputs& in, const float* q,
+              int64_t q_ld, float* context, std::span<float> weights);
+  absl::Status Load(const AttentionLayer& layer, KvBlockPool& pool, const RaggedBatch& memory,
+                    std::span<KvSequence* const> caches);
+
+  ExecutorOptions options;
+  dnnl::stream stream;
+  ProjectionRunner projections;
+  AlignedBuffer scratchpad, projected, context;
+  std::vector<AlignedBuffer> probabilities;  // One per OpenMP thread.
+  std::vector<SequencePlan> plans;
+  std::vector<KvSegment> segments;  // Per sequence, per head: its key runs.
+};
+
+CachedAttentionExecutor::CachedAttentionExecutor(const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+CachedAttentionExecutor::~CachedAttentionExecutor() = default;
+
+absl::Status CachedAttentionExecutor::Impl::Validate(const AttentionLayer& layer,
+                                                     const KvBlockPool& pool,
+                                                     const CachedAttentionInputs& in,
+                                                     const AttentionOutputs& out) {
+  const AttentionConfig& config = layer.config();
+  if (auto s = pool.CheckIdentity(config); !s.ok()) return s;
+  // Query rows, output size, head mask and finiteness, as for an uncached forward.
+  const AttentionInputs plain{.query = in.query, .head_mask = in.head_mask};
+  if (auto s = ValidateBatch(config, plain, {.output = out.output}); !s.ok()) return s;
+  const int64_t b = in.query.num_sequences();
+  if (static_cast<int64_t>(in.caches.size()) != b) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("caches: expected one entry per sequence (", b, "), got ", in.caches.size()));
+  }
+  if (auto s = CheckDistinct(in.caches); !s.ok()) return s;
+  int64_t scores = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const KvSequence* c = in.caches[i];
+    if (in.cross_attention && (c == nullptr || c->length == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "caches[", i, "]: cross-attention needs the sequence's memory loaded (LoadMemory)"));
+    }
+    const int64_t past = c == nullptr ? 0 : c->length;
+    scores += in.query.length(i) * (in.cross_attention ? past : past + in.query.length(i));
+  }
+  if (in.cross_attention && in.mask.causal) {
+    return absl::InvalidArgumentError("mask.causal: must be false for cached cross-attention");
+  }
+  if (!in.mask.explicit_mask.empty() &&
+      static_cast<int64_t>(in.mask.explicit_mask.size()) != scores) {
+    return absl::InvalidArgumentError(absl::StrCat("mask.explicit_mask: expected ", scores,
+                                                   " bytes (Σ T_i·S_i), got ",
+                                                   in.mask.explicit_mask.size()));
+  }
+  if (!out.weights.empty() &&
+      static_cast<int64_t>(out.weights.size()) != scores * config.num_heads) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: expected ", scores * config.num_heads,
+                                                   " floats (num_heads·Σ T_i·S_i), got ",
+                                                   out.weights.size()));
+  }
+  return absl::OkStatus();
+}
+
+// Reserves rows.length(i) tokens in every non-null caches[i]; all or nothing.
+absl::Status CachedAttentionExecutor::Impl::ReserveAll(KvBlockPool& pool,
+                                                       std::span<KvSequence* const> caches,
+                                                       const RaggedBatch& rows) {
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (caches[i] == nullptr) continue;
+    if (auto s = pool.Reserve(*caches[i], rows.length(static_cast<int64_t>(i))); !s.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        if (caches[j] != nullptr) pool.Trim(*caches[j]);
+      }
+      return absl::Status(s.code(), absl::StrCat("sequence ", i, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CachedAttentionExecutor::Forward(const AttentionLayer& layer, KvBlockPool& pool,
+                                              const CachedAttentionInputs& in,
+                                              const AttentionOutputs& out) {
+  if (auto s = impl_->Validate(layer, pool, in, out); !s.ok()) return s;
+  if (!in.cross_attention) {
+    if (auto s = impl_->ReserveAll(pool, in.caches, in.query); !s.ok()) return s;
+  }
+  absl::Status status;
+  try {
+    const OpenMpThreadsScope threads(impl_->options.compute_threads);
+    status = impl_->Run(layer, pool, in, out);
+  } catch (const dnnl::error& e) {
+    status = OneDnnError(e, "cached attention forward");
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("cached attention forward: out of memory for scratch");
+  }
+  for (size_t i = 0; i < in.caches.size(); ++i) {
+    KvSequence* c = in.caches[i];
+    if (c == nullptr || in.cross_attention) continue;
+    if (status.ok()) {
+      pool.Commit(*c, c->length + in.query.length(static_cast<int64_t>(i)));
+    } else {
+      pool.Trim(*c);  // Rows written past the length are simply forgotten.
+    }
+  }
+  return status;
+}
+
+absl::Status CachedAttentionExecutor::Impl::Run(const AttentionLayer& layer, KvBlockPool& pool,
+                                                const CachedAttentionInputs& in,
+                                                const AttentionOutputs& out) {
+  const AttentionConfig& config = layer.config();
+  const int64_t n = in.query.rows(), d = config.d_model;
+  const float* x = in.query.data.data();
+  // 1. One projection over every new row of the batch.
+  const int64_t q_ld = in.cross_attention ? d : 3 * d;
+  float* qkv = projected.Reserve(n * q_ld);
+  const PackedMatrix& w = in.cross_attention ? layer.q() : layer.qkv();
+  const auto bias = in.cross_attention ? layer.q_bias() : layer.qkv_bias();
+  if (auto s = projections.Run(x, n, w, bias, qkv, stream, scratchpad); !s.ok()) return s;
+  stream.wait();
+  // 2. Append K and V of the new rows to the cached sequences (past their committed length).
+  if (!in.cross_attention) {
+    for (int64_t i = 0; i < in.query.num_sequences(); ++i) {
+      if (in.caches[i] == nullptr) continue;
+      const float* rows = qkv + in.query.offsets[i] * q_ld;
+      pool.Write(*in.caches[i], in.query.length(i), rows + d, q_ld, rows + 2 * d, q_ld);
+    }
+  }
+  // 3. Attention of every new query over its sequence's keys.
+  Plan(pool, in, qkv);
+  const bool has_o = config.HasOutputProjection();
+  float* ctx = has_o ? context.Reserve(n * d) : out.output.data();
+  Attend(config, in, qkv, q_ld, ctx, out.weights);
+  // 4. Output projection over every row.
+  if (has_o) {
+    if (auto s = projections.Run(ctx, n, layer.o(), layer.o_bias(), out.output.data(), stream,
+                                 scratchpad);
+        !s.ok()) {
+      return s;
+    }
+    stream.wait();
+  }
+  if (const int64_t bad = FindNonFinite(out.output); bad >= 0) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "output of sequence ", in.query.SequenceOfRow(bad / d),
+        " is not finite: input values too large for fp32 attention (scores overflow)"));
+  }
+  return absl::OkStatus();
+}
+
+// Lists, per sequence and head, the runs of keys its queries read: the sequence's blocks for a
+// cached one, its own projected rows otherwise.
+void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAttentionInputs& in,
+                                         const float* qkv) {
+  const int64_t b = in.query.num_sequences(), h = pool.identity().num_heads;
+  const int64_t d = pool.identity().d_model, dk = pool.head_dim();
+  const int64_t bt = pool.options().block_tokens;
+  plans.resize(b);
+  segments.clear();
+  int64_t scores = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const KvSequence* c = in.caches[i];
+    SequencePlan& p = plans[i];
+    p.q_row = in.query.offsets[i];
+    p.rows = in.query.length(i);
+    p.past = c == nullptr ? 0 : c->length;
+    p.keys = in.cross_attention ? p.past : p.past + p.rows;
+    p.scores = scores;
+    p.segment = static_cast<int64_t>(segments.size());
+    p.causal = in.mask.causal;
+    scores += p.rows * p.keys;
+    if (c == nullptr) {
+      p.segments = 1;
+      const float* rows = qkv + p.q_row * 3 * d;
+      for (int64_t head = 0; head < h; ++head) {
+        segments.push_back({rows + d + head * dk, rows + 2 * d + head * dk, p.rows, 3 * d});
+      }
+      continue;
+    }
+    p.segments = (p.keys + bt - 1) / bt;
+    for (int64_t head = 0; head < h; ++head) {
+      for (int64_t blk = 0; blk < p.segments; ++blk) {
+        const int32_t id = c->blocks[blk];
+        segments.push_back(
+            {pool.keys(id, head), pool.values(id, head), std::min(bt, p.keys - blk * bt), dk});
+      }
+    }
+  }
+}
+
+void CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config,
+                                           const CachedAttentionInputs& in, const float* q,
+                                           int64_t q_ld, float* ctx, std::span<float> weights) {
+  const int64_t h = config.num_heads, dk = config.HeadDim(), d = config.d_model;
+  const int64_t items = static_cast<int64_t>(plans.size()) * h;
+  int64_t max_keys = 0;
+  for (const SequencePlan& p : plans) max_keys = std::max(max_keys, p.keys);
+  const int threads = omp_get_max_threads();
+  if (static_cast<int>(probabilities.size()) < threads) probabilities.resize(threads);
+  for (int t = 0; t < threads; ++t) probabilities[t].Reserve(max_keys);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const uint8_t* mask = in.mask.explicit_mask.empty() ? nullptr : in.mask.explicit_mask.data();
+  float* w = weights.empty() ? nullptr : weights.data();
+
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < items; ++item) {
+    const SequencePlan& p = plans[item / h];
+    const int64_t head = item % h;
+    const bool enabled = in.head_mask.empty() || in.head_mask[head];
+    float* prob = probabilities[omp_get_thread_num()].data();
+    RowAttention a{
+        .segments = std::span(segments).subspan(p.segment + head * p.segments, p.segments),
+        .keys = p.keys,
+        .head_dim = dk};
+    a.scale = scale;
+    for (int64_t j = 0; j < p.rows; ++j) {
+      float* out = ctx + (p.q_row + j) * d + head * dk;
+      float* row_weights = w == nullptr ? prob : w + (p.scores * h + (head * p.rows + j) * p.keys);
+      if (!enabled) {
+        std::fill(out, out + dk, 0.0f);
+        if (w != nullptr) std::fill(row_weights, row_weights + p.keys, 0.0f);
+        continue;
+      }
+      a.visible_limit = p.causal ? p.past + j + 1 : p.keys;
+      a.explicit_row = mask == nullptr ? nullptr : mask + p.scores + j * p.keys;
+      AttendRow(a, q + (p.q_row + j) * q_ld + head * dk, row_weights, out);
+    }
+  }
+}
+
+absl::Status CachedAttentionExecutor::LoadMemory(const AttentionLayer& layer, KvBlockPool& pool,
+                                                 const RaggedBatch& memory,
+                                                 std::span<KvSequence* const> caches) {
+  if (auto s = pool.CheckIdentity(layer.config()); !s.ok()) return s;
+  if (auto s = ValidateMemory(memory, layer.config().d_model); !s.ok()) return s;
+  if (static_cast<int64_t>(caches.size()) != memory.num_sequences()) {
+    return absl::InvalidArgumentError(absl::StrCat("caches: expected one entry per sequence (",
+                                                   memory.num_sequences(), "), got ",
+                                                   caches.size()));
+  }
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (caches[i] == nullptr || caches[i]->length != 0 || !caches[i]->blocks.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("caches[", i, "]: expected an empty, non-null sequence cache"));
+    }
+  }
+  if (auto s = CheckDistinct(caches); !s.ok()) return s;
+  if (auto s = impl_->ReserveAll(pool, caches, memory); !s.ok()) return s;
+  absl::Status status;
+  try {
+    const OpenMpThreadsScope threads(impl_->options.compute_threads);
+    status = impl_->Load(layer, pool, memory, caches);
+  } catch (const dnnl::error& e) {
+    status = OneDnnError(e, "cached attention memory projection");
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("cached attention memory: out of memory for scratch");
+  }
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (status.ok()) {
+      pool.Commit(*caches[i], memory.length(static_cast<int64_t>(i)));
+    } else {
+      pool.Trim(*caches[i]);
+    }
+  }
+  return status;
+}
+
+absl::Status CachedAttentionExecutor::Impl::Load(const AttentionLayer& layer, KvBlockPool& pool,
+                                                 const RaggedBatch& memory,
+                                                 std::span<KvSequence* const> caches) {
+  const int64_t d = layer.config().d_model, m = memory.rows();
+  float* kv = projected.Reserve(m * 2 * d);
+  if (auto s = projections.Run(memory.data.data(), m, layer.kv(), layer.kv_bias(), kv, stream,
+                               scratchpad);
+      !s.ok()) {
+    return s;
+  }
+  stream.wait();
+  for (int64_t i = 0; i < memory.num_sequences(); ++i) {
+    const float* rows = kv + memory.offsets[i] * 2 * d;
+    pool.Write(*caches[i], memory.length(i), rows, 2 * d, rows + d, 2 * d);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::core

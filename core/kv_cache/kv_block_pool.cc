@@ -1,0 +1,138 @@
+#include "core/kv_cache/kv_block_pool.h"
+
+#include <algorithm>
+#include <limits>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::core {
+namespace {
+
+absl::Status Mismatch(const char* field, int64_t expected, int64_t received) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("KV cache belongs to another model version: ", field, " is ", expected,
+                   " in the cache, ", received, " in the layer"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const AttentionConfig& identity,
+                                                                 const KvCacheOptions& options) {
+  if (auto s = identity.Validate(); !s.ok()) return s;
+  if (options.block_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_tokens must be > 0, got ", options.block_tokens));
+  }
+  if (options.max_sequence_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sequence_tokens must be > 0, got ", options.max_sequence_tokens));
+  }
+  const int64_t block_bytes =
+      2 * options.block_tokens * identity.d_model * static_cast<int64_t>(sizeof(float));
+  const int64_t blocks = options.budget_bytes / block_bytes;
+  if (blocks < 1 || blocks > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("budget_bytes must hold between 1 and 2^31-1 blocks of ", block_bytes,
+                     " bytes, got ", options.budget_bytes));
+  }
+  try {
+    return std::unique_ptr<KvBlockPool>(
+        new KvBlockPool(KvCacheIdentity::Of(identity), options, static_cast<size_t>(blocks)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache: cannot allocate ", blocks * block_bytes, " bytes"));
+  }
+}
+
+KvBlockPool::KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options,
+                         size_t capacity)
+    : identity_(identity),
+      options_(options),
+      capacity_(capacity),
+      block_floats_(2 * options.block_tokens * identity.d_model),
+      arena_(capacity * static_cast<size_t>(block_floats_)) {
+  free_.reserve(capacity);
+  // Highest id at the bottom so block 0 is handed out first.
+  for (size_t b = capacity; b-- > 0;) free_.push_back(static_cast<int32_t>(b));
+}
+
+absl::Status KvBlockPool::CheckIdentity(const AttentionConfig& config) const {
+  const KvCacheIdentity other = KvCacheIdentity::Of(config);
+  if (other.d_model != identity_.d_model) {
+    return Mismatch("d_model", identity_.d_model, other.d_model);
+  }
+  if (other.num_heads != identity_.num_heads) {
+    return Mismatch("num_heads", identity_.num_heads, other.num_heads);
+  }
+  if (other.variant != identity_.variant) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV cache belongs to another model version: variant is ",
+                     std::string(VariantName(identity_.variant)), " in the cache, ",
+                     std::string(VariantName(other.variant)), " in the layer"));
+  }
+  if (other.compute_type != identity_.compute_type) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV cache belongs to another model version: compute type is ",
+                     std::string(ComputeTypeName(identity_.compute_type)), " in the cache, ",
+                     std::string(ComputeTypeName(other.compute_type)), " in the layer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvBlockPool::Reserve(KvSequence& seq, int64_t new_tokens) {
+  if (new_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("new_tokens must be >= 0, got ", new_tokens));
+  }
+  const int64_t length = seq.length + new_tokens;
+  if (length > options_.max_sequence_tokens) {
+    return absl::OutOfRangeError(absl::StrCat("sequence would reach ", length,
+                                              " cached tokens; max_sequence_tokens is ",
+                                              options_.max_sequence_tokens));
+  }
+  const int64_t have = static_cast<int64_t>(seq.blocks.size());
+  const int64_t need = BlocksFor(length) - have;
+  if (need <= 0) return absl::OkStatus();
+  if (need > free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", need,
+                                                     " more blocks needed, ", free_blocks(), " of ",
+                                                     total_blocks(), " free"));
+  }
+  seq.blocks.reserve(have + need);  // May throw before anything changed.
+  for (int64_t i = 0; i < need; ++i) {
+    seq.blocks.push_back(free_.back());
+    free_.pop_back();
+  }
+  return absl::OkStatus();
+}
+
+void KvBlockPool::Trim(KvSequence& seq) {
+  const size_t keep = static_cast<size_t>(BlocksFor(seq.length));
+  while (seq.blocks.size() > keep) {
+    free_.push_back(seq.blocks.back());
+    seq.blocks.pop_back();
+  }
+}
+
+void KvBlockPool::Release(KvSequence& seq) {
+  // In reverse so the sequence's first block is the next handed out (keeps LIFO order tidy).
+  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) free_.push_back(*it);
+  seq.blocks.clear();
+  seq.length = 0;
+}
+
+void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld,
+                        const float* v, int64_t v_ld) {
+  const int64_t bt = options_.block_tokens, dk = head_dim(), h = identity_.num_heads;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t token = seq.length + r;
+    const int32_t block = seq.blocks[token / bt];
+    const int64_t slot = (token % bt) * dk;
+    for (int64_t head = 0; head < h; ++head) {
+      std::copy_n(k + r * k_ld + head * dk, dk, keys(block, head) + slot);
+      std::copy_n(v + r * v_ld + head * dk, dk, values(block, head) + slot);
+    }
+  }
+}
+
+}  // namespace attnserve::core

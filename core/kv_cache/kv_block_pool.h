@@ -1,0 +1,134 @@
+// KvBlockPool: a paged key/value cache for incremental decoding (after vLLM's block manager).
+//
+// The pool is one arena cut into fixed-size blocks of `block_tokens` tokens. A block holds the K
+// and V rows of every head for its tokens, head-major, so that the attention kernels read one
+// head's keys of a block as one contiguous [block_tokens, head_dim] array:
+//   block = K[head 0][block_tokens][head_dim] … K[head h-1][…] | V[head 0][…] … V[head h-1][…]
+// A sequence owns a KvSequence: its block table (block ids in token order) and its length.
+// Allocation and release are O(1) per block (a LIFO free list); since every block has the same
+// size the arena never fragments — any free block serves any sequence.
+//
+// A pool belongs to one model version: its KvCacheIdentity (d_model, heads, variant, compute
+// type). The forward passes refuse a layer whose config does not match (cached_attention.h).
+//
+// Thread-safety: NOT thread-safe. One pool and its KvSequences are used by one thread at a time
+// (e.g. the thread that owns the CachedAttentionExecutor); callers serialise access themselves.
+// Ownership: the pool owns the arena; a KvSequence only names blocks of the pool it was grown
+// from and must be released to that same pool (Release) before the pool is destroyed or the
+// sequence is dropped, or its blocks stay allocated.
+#ifndef ATTNSERVE_CORE_KV_CACHE_KV_BLOCK_POOL_H_
+#define ATTNSERVE_CORE_KV_CACHE_KV_BLOCK_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attention_config.h"
+#include "core/util/aligned_buffer.h"
+
+namespace attnserve::core {
+
+// The model version a pool's contents belong to.
+struct KvCacheIdentity {
+  int64_t d_model = 512;
+  int64_t num_heads = 8;
+  AttentionVariant variant = AttentionVariant::kMultiHead;
+  ComputeType compute_type = ComputeType::kFloat32;
+
+  static KvCacheIdentity Of(const AttentionConfig& config) {
+    return {config.d_model, config.num_heads, config.variant, config.compute_type};
+  }
+  bool operator==(const KvCacheIdentity&) const = default;
+};
+
+struct KvCacheOptions {
+  // Tokens per block. Must be > 0. 16 (vLLM's default) keeps the waste of a sequence's last,
+  // partly filled block small while a block of one head (16 × 64 floats = 4 KiB) is long enough
+  // to stream.
+  int64_t block_tokens = 16;
+  // Byte budget of the whole arena; the pool holds budget_bytes / block_bytes blocks (at least
+  // one is required). Allocated once at Create (pages are touched only when written).
+  int64_t budget_bytes = int64_t{256} << 20;
+  // Longest sequence (cached tokens) any KvSequence may reach; longer growth is refused with
+  // OutOfRange. Must be > 0.
+  int64_t max_sequence_tokens = 4096;
+};
+
+// One sequence's share of the cache. A plain value owned by the caller; empty when default
+// constructed. Only the pool's methods change it.
+struct KvSequence {
+  std::vector<int32_t> blocks;  // Block ids in token order: token t is in blocks[t / block_tokens].
+  int64_t length = 0;           // Tokens written (cached).
+};
+
+class KvBlockPool {
+ public:
+  // InvalidArgument naming the field when `identity` or `options` is invalid (including a budget
+  // smaller than one block); ResourceExhausted if the arena cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(const AttentionConfig& identity,
+                                                             const KvCacheOptions& options);
+
+  const KvCacheIdentity& identity() const { return identity_; }
+  const KvCacheOptions& options() const { return options_; }
+  int64_t head_dim() const { return identity_.d_model / identity_.num_heads; }
+  int64_t total_blocks() const { return static_cast<int64_t>(capacity_); }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  // Floats per block: 2 (K, V) × block_tokens × d_model.
+  int64_t block_floats() const { return block_floats_; }
+
+  // OK when `config` is the model version this pool belongs to; FailedPrecondition naming the
+  // mismatching field (expected and received) otherwise.
+  absl::Status CheckIdentity(const AttentionConfig& config) const;
+
+  // Makes room for `new_tokens` more tokens in `seq` (blocks appended to its table; its length is
+  // unchanged: the caller writes the rows, then calls Commit). All or nothing: OutOfRange if
+  // seq.length + new_tokens exceeds max_sequence_tokens, ResourceExhausted if the free list has
+  // too few blocks — in both cases `seq` and the pool are exactly as before. O(new blocks).
+  absl::Status Reserve(KvSequence& seq, int64_t new_tokens);
+  // Sets seq.length to `length` (which the reserved blocks must cover) after its rows were written.
+  void Commit(KvSequence& seq, int64_t length) const { seq.length = length; }
+  // Returns the blocks of `seq` beyond what seq.length needs (undoes a Reserve not committed).
+  void Trim(KvSequence& seq);
+  // Returns every block of `seq` to the free list and empties it. O(blocks).
+  void Release(KvSequence& seq);
+
+  // K (or V) rows of `head` in `block`: block_tokens × head_dim floats, token-major.
+  float* keys(int32_t block, int64_t head) { return Block(block) + head * HeadStride(); }
+  float* values(int32_t block, int64_t head) {
+    return Block(block) + (identity_.num_heads + head) * HeadStride();
+  }
+  const float* keys(int32_t block, int64_t head) const {
+    return Block(block) + head * HeadStride();
+  }
+  const float* values(int32_t block, int64_t head) const {
+    return Block(block) + (identity_.num_heads + head) * HeadStride();
+  }
+
+  // Copies the K and V rows of tokens [seq.length, seq.length + rows) from row-major [rows,
+  // d_model] arrays (row stride k_ld / v_ld floats) into the blocks `seq` has reserved. Does not
+  // change seq.length. The reservation must cover them.
+  void Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld, const float* v,
+             int64_t v_ld);
+
+ private:
+  KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options, size_t capacity);
+  int64_t HeadStride() const { return options_.block_tokens * head_dim(); }
+  float* Block(int32_t b) { return arena_.data() + b * block_floats_; }
+  const float* Block(int32_t b) const { return arena_.data() + b * block_floats_; }
+  int64_t BlocksFor(int64_t tokens) const {
+    return (tokens + options_.block_tokens - 1) / options_.block_tokens;
+  }
+
+  KvCacheIdentity identity_;
+  KvCacheOptions options_;
+  size_t capacity_;
+  int64_t block_floats_;
+  AlignedBuffer arena_;
+  std::vector<int32_t> free_;  // LIFO: the most recently released (cache-warm) block goes first.
+};
+
+}  // namespace attnserve::core
+
+#endif  // ATTNSERVE_CORE_KV_CACHE_KV_BLOCK_POOL_H_

@@ -1,0 +1,73 @@
+#include "core/kv_cache/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attnserve::core {
+namespace {
+
+float Dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void Axpy(float alpha, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+}  // namespace
+
+// The project builds for baseline x86-64 (SSE2); the loops above are bandwidth-bound only when
+// they run on the machine's full vector width, so the kernel is compiled once per ISA level and
+// picked at load time (GCC/Clang function multi-versioning).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void AttendRow(const RowAttention& a,
+                                                                            const float* q,
+                                                                            float* probabilities,
+                                                                            float* out) {
+  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
+  const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
+  std::fill(out, out + a.head_dim, 0.0f);
+  std::fill(probabilities + limit, probabilities + a.keys, 0.0f);
+
+  // Scores of the visible keys; blocked ones get -∞ and are skipped below.
+  float max_score = kBlocked;
+  int64_t key = 0;
+  for (const KvSegment& seg : a.segments) {
+    const int64_t n = std::min(seg.count, limit - key);
+    for (int64_t r = 0; r < n; ++r, ++key) {
+      const bool open = a.explicit_row == nullptr || a.explicit_row[key] != 0;
+      const float s = open ? a.scale * Dot(q, seg.k + r * seg.ld, a.head_dim) : kBlocked;
+      probabilities[key] = s;
+      max_score = std::max(max_score, s);
+    }
+    if (key >= limit) break;
+  }
+  if (max_score == kBlocked) {
+    std::fill(probabilities, probabilities + limit, 0.0f);
+    return;
+  }
+
+  float sum = 0.0f;
+  for (int64_t j = 0; j < limit; ++j) {
+    const float e = std::exp(probabilities[j] - max_score);  // exp(-∞) = 0 for blocked keys.
+    probabilities[j] = e;
+    sum += e;
+  }
+  const float inverse = 1.0f / sum;
+  key = 0;
+  for (const KvSegment& seg : a.segments) {
+    const int64_t n = std::min(seg.count, limit - key);
+    for (int64_t r = 0; r < n; ++r, ++key) {
+      const float p = probabilities[key] * inverse;
+      probabilities[key] = p;
+      if (p != 0.0f) Axpy(p, seg.v + r * seg.ld, out, a.head_dim);
+    }
+    if (key >= limit) break;
+  }
+}
+
+}  // namespace attnserve::core

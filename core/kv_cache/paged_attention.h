@@ -1,0 +1,43 @@
+// The attention kernel of incremental decoding: one query row of one head against keys that may
+// be spread over the blocks of a paged KV cache (kv_block_pool.h) or sit in a projection buffer.
+// Plain C++ written for the compiler to vectorise (omp simd): for T = 1 a step is a GEMV per
+// head, memory-bound on reading K and V, where oneDNN's matmul setup per block would dominate.
+//
+// Pure functions on caller-owned memory; thread-safe.
+#ifndef ATTNSERVE_CORE_KV_CACHE_PAGED_ATTENTION_H_
+#define ATTNSERVE_CORE_KV_CACHE_PAGED_ATTENTION_H_
+
+#include <cstdint>
+#include <span>
+
+namespace attnserve::core {
+
+// `count` consecutive keys of one head: key r's K row at k + r·ld, its V row at v + r·ld, each
+// head_dim floats.
+struct KvSegment {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t count = 0;
+  int64_t ld = 0;
+};
+
+// What one AttendRow call attends.
+struct RowAttention {
+  std::span<const KvSegment> segments;  // In key order; their counts sum to `keys`.
+  int64_t keys = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;  // Multiplies q·k (1/√d_k).
+  // Keys >= visible_limit are blocked (the causal limit; `keys` for none).
+  int64_t visible_limit = 0;
+  // Null, or `keys` bytes: 0 blocks the key.
+  const uint8_t* explicit_row = nullptr;
+};
+
+// out[head_dim] = softmax(scale · q·Kᵀ, blocked keys -∞) · V. `probabilities` (≥ keys floats)
+// receives the softmax, 0 for blocked keys. A row whose keys are all blocked gets all-zero
+// probabilities and a zero output, never NaN.
+void AttendRow(const RowAttention& a, const float* q, float* probabilities, float* out);
+
+}  // namespace attnserve::core
+
+#endif  // ATTNSERVE_CORE_KV_CACHE_PAGED_ATTENTION_H_
