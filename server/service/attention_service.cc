@@ -12,59 +12,18 @@
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/grpc_status.h"
 #include "server/service/attend_stream_reactor.h"
+#include "server/service/unary_reactor.h"
 #include "server/service/wire_messages.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
 namespace {
 
-// A unary reactor that deletes itself when the call is done. gRPC's DefaultReactor would serve,
-// but its OnDone is gRPC's own, and ThreadSanitizer needs one of ours to see that Finish (often
-// on a batch thread) happens before gRPC destroys the call's messages (core/util/happens_before.h).
-// The cost is one small allocation per call.
-class UnaryReactor final : public grpc::ServerUnaryReactor {
- public:
-  UnaryReactor(OpenCalls* open_calls, RequestMeter meter) : open_calls_(open_calls), meter_(meter) {
-    open_calls_->Add();
-  }
-  // Before FinishCall: the meter, when it can only start once the request is parsed.
-  void set_meter(RequestMeter meter) { meter_ = meter; }
-
-  // For Attend, whose messages travel as bytes: the response that FinishCall serialises into
-  // `wire_response` (gRPC's, alive until OnDone) when the call is OK.
-  v1::AttendResponse& response() { return response_; }
-  void set_wire_response(grpc::ByteBuffer* wire_response) { wire_response_ = wire_response; }
-
-  // Call exactly once, from any thread. Before the handler has returned the reactor to gRPC,
-  // gRPC only records the status (OnDone cannot run yet); after, the reactor may be gone when
-  // this returns.
-  void FinishCall(grpc::Status status) {
-    if (status.ok() && wire_response_ != nullptr) {
-      status = ToGrpcStatus(SerializeWireMessage(response_, wire_response_));
-    }
-    meter_.Record(status.error_code());
-    HandOff(this);
-    Finish(status);
-  }
-  void OnDone() override {
-    TakeOver(this);
-    OpenCalls* open_calls = open_calls_;
-    delete this;
-    open_calls->Done();
-  }
-
- private:
-  OpenCalls* const open_calls_;
-  RequestMeter meter_;
-  v1::AttendResponse response_;
-  grpc::ByteBuffer* wire_response_ = nullptr;
-};
+using AttendReactor = UnaryReactor<v1::AttendResponse>;
 
 grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
                                     const grpc::Status& status) {
-  auto* reactor = new UnaryReactor(open_calls, meter);
-  reactor->FinishCall(status);
-  return reactor;
+  return server::FinishNow<v1::AttendResponse>(open_calls, meter, status);
 }
 
 }  // namespace
@@ -81,7 +40,7 @@ AttentionService::~AttentionService() = default;
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* request_bytes,
                                                    grpc::ByteBuffer* response_bytes) {
-  auto* reactor = new UnaryReactor(&open_calls_, RequestMeter());
+  auto* reactor = new AttendReactor(&open_calls_, RequestMeter());
   // Parsed into a local, freed when the handler returns: the queued task holds its own copy of
   // the inputs (what the queues' byte budgets count). For the same reason gRPC's copy of the
   // bytes, which it keeps until the call ends, is freed once parsed (gRPC does not read the

@@ -8,52 +8,18 @@
 #include "core/util/happens_before.h"
 #include "server/conversion/grpc_status.h"
 #include "server/conversion/oip/oip_conversion.h"
+#include "server/service/unary_reactor.h"
 #include "server/service/wire_messages.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
 namespace {
 
-// A unary reactor that deletes itself when the call is done (as attention_service.cc's: our own
-// OnDone lets TSan see that Finish happens before gRPC destroys the call's messages). For
-// ModelInfer it also owns the response that FinishCall serialises into gRPC's bytes.
-class InferReactor final : public grpc::ServerUnaryReactor {
- public:
-  InferReactor(OpenCalls* open_calls, RequestMeter meter) : open_calls_(open_calls), meter_(meter) {
-    open_calls_->Add();
-  }
-  void set_meter(RequestMeter meter) { meter_ = meter; }
-  inference::ModelInferResponse& response() { return response_; }
-  void set_wire_response(grpc::ByteBuffer* wire_response) { wire_response_ = wire_response; }
-
-  // Exactly once, from any thread; the reactor may be gone when it returns.
-  void FinishCall(grpc::Status status) {
-    if (status.ok() && wire_response_ != nullptr) {
-      status = ToGrpcStatus(SerializeWireMessage(response_, wire_response_));
-    }
-    meter_.Record(status.error_code());
-    HandOff(this);
-    Finish(status);
-  }
-  void OnDone() override {
-    TakeOver(this);
-    OpenCalls* open_calls = open_calls_;
-    delete this;
-    open_calls->Done();
-  }
-
- private:
-  OpenCalls* const open_calls_;
-  RequestMeter meter_;
-  inference::ModelInferResponse response_;
-  grpc::ByteBuffer* wire_response_ = nullptr;
-};
+using InferReactor = UnaryReactor<inference::ModelInferResponse>;
 
 grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
                                     const grpc::Status& status) {
-  auto* reactor = new InferReactor(open_calls, meter);
-  reactor->FinishCall(status);
-  return reactor;
+  return server::FinishNow<inference::ModelInferResponse>(open_calls, meter, status);
 }
 
 }  // namespace
