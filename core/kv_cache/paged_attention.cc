@@ -23,11 +23,16 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 
 // The project builds for baseline x86-64 (SSE2); the loops above are bandwidth-bound only when
 // they run on the machine's full vector width, so the kernel is compiled once per ISA level and
-// picked at load time (GCC/Clang function multi-versioning).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void AttendRow(const RowAttention& a,
-                                                                            const float* q,
-                                                                            float* probabilities,
-                                                                            float* out) {
+// picked at load time (GCC/Clang function multi-versioning). ThreadSanitizer instruments the
+// clone resolver, which the dynamic loader runs before the TSan runtime exists, so TSan builds
+// keep the single baseline version.
+#if defined(__SANITIZE_THREAD__)
+#define ATTNSERVE_PER_ISA_CLONES
+#else
+#define ATTNSERVE_PER_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, float* probabilities,
+                                        float* out) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
   std::fill(out, out + a.head_dim, 0.0f);
