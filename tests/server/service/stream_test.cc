@@ -312,9 +312,11 @@ TEST_F(StreamTest, ClientCancellingMidStreamSeesCancelledAndTheServerGoesOn) {
 }
 
 TEST_F(StreamTest, AClientLeavingWhileReadingIsPausedDoesNotLeaveTheStreamOpen) {
-  // Answers are held back a second, so the server stops reading at its in-flight limit.
+  // Answers are held back 10 s, so the server stops reading at its in-flight limit. Shorter
+  // delays let a batch leave the queue before it fills when the machine is slow (TSan on a
+  // loaded host read fewer than 256 messages a second), and then the limit is never reached.
   server::ServerOptions options = TestServerOptions();
-  options.model_limits.batching.max_queue_delay_us = 1'000'000;
+  options.model_limits.batching.max_queue_delay_us = 10'000'000;
   options.model_limits.batching.max_queue_size = 4096;
   options.model_limits.batching.max_batch_sequences = 4096;
   options.model_limits.batching.max_batch_tokens = 1 << 20;
