@@ -34,6 +34,9 @@ dev_packages=(
   prometheus
   # Tests and benchmarks; python3-yaml for the deployment files' check (tests/deploy).
   libgtest-dev libgmock-dev libbenchmark-dev python3-yaml
+  # nginx: the L7 gRPC load balancer ReplicasTest runs in front of three replicas, with the
+  # shipped deploy/nginx/attnserve-grpc.conf (grpc_pass and HTTP/2 are in Debian's build).
+  nginx
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
   # links the reference BLAS; the OpenBLAS alternative makes it ~20x faster.
   python3 python3-numpy python3-torch libopenblas0-pthread
