@@ -19,7 +19,7 @@
 namespace attnserve::testing {
 namespace {
 
-constexpr char kListen[] = "listen 50051 http2;";
+constexpr char kListen[] = "listen 50051 ";
 constexpr char kServer[] = "server attnserve:50051 ";
 
 // A port free on 127.0.0.1 a moment ago (bound, then released for nginx to bind).
@@ -48,7 +48,8 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
 
 // The shipped config with the listen port and the upstream's servers replaced.
 absl::StatusOr<std::string> Adapt(const std::string& shipped, int port,
-                                  const std::vector<std::string>& upstreams) {
+                                  const std::vector<std::string>& upstreams,
+                                  const std::filesystem::path& secrets) {
   const size_t listen = shipped.find(kListen);
   const size_t server = shipped.find(kServer);
   if (listen == std::string::npos || server == std::string::npos ||
@@ -57,6 +58,9 @@ absl::StatusOr<std::string> Adapt(const std::string& shipped, int port,
     return absl::FailedPreconditionError(
         absl::StrCat("the shipped nginx config must hold `", kListen, "` and `", kServer,
                      "<parameters>;` once each (the test replaces them)"));
+  }
+  if (!secrets.empty() && shipped.find("/run/secrets/") == std::string::npos) {
+    return absl::FailedPreconditionError("the shipped nginx config names no /run/secrets/ file");
   }
   const size_t end = shipped.find(';', server);
   const std::string parameters =
@@ -68,15 +72,17 @@ absl::StatusOr<std::string> Adapt(const std::string& shipped, int port,
   std::string adapted = shipped;
   adapted.replace(server, end + 1 - server, servers);
   adapted.replace(adapted.find(kListen), sizeof(kListen) - 1,
-                  absl::StrCat("listen 127.0.0.1:", port, " http2;"));
-  return adapted;
+                  absl::StrCat("listen 127.0.0.1:", port, " "));
+  if (secrets.empty()) return adapted;
+  return absl::StrReplaceAll(adapted, {{"/run/secrets/", secrets.string() + "/"}});
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NginxFront>> NginxFront::Start(
     const std::string& nginx, const std::filesystem::path& shipped_config,
-    const std::vector<std::string>& upstreams, const std::filesystem::path& folder) {
+    const std::vector<std::string>& upstreams, const std::filesystem::path& folder,
+    const std::filesystem::path& secrets) {
   if (nginx.empty() || access(nginx.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
         "nginx not found: install it with deploy/install-deps.sh (Debian's nginx)");
@@ -88,9 +94,9 @@ absl::StatusOr<std::unique_ptr<NginxFront>> NginxFront::Start(
   std::string log;
   for (int attempt = 0; attempt < 5; ++attempt) {
     const int port = FreePort();
-    absl::StatusOr<std::string> config = Adapt(*shipped, port, upstreams);
+    absl::StatusOr<std::string> config = Adapt(*shipped, port, upstreams, secrets);
     if (!config.ok()) return config.status();
-    std::ofstream(folder / "attnserve-grpc.conf") << *config;
+    std::ofstream(folder / "attnserve.conf") << *config;
     std::ofstream(folder / "nginx.conf") << absl::StrReplaceAll(
         R"(daemon off;
 worker_processes 1;
@@ -103,7 +109,7 @@ http {
   fastcgi_temp_path PREFIX/fastcgi;
   uwsgi_temp_path PREFIX/uwsgi;
   scgi_temp_path PREFIX/scgi;
-  include PREFIX/attnserve-grpc.conf;
+  include PREFIX/attnserve.conf;
 }
 )",
         {{"PREFIX", prefix}});

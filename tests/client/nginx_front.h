@@ -1,10 +1,11 @@
 // NginxFront: Debian's nginx as a child process, running the shipped gRPC load-balancer
 // configuration (deploy/nginx/attnserve-grpc.conf) in front of given replicas, for tests.
 //
-// The shipped file is used as it is except for two lines: its `listen` port becomes 127.0.0.1 on
-// a free port, and its upstream `server attnserve:50051 <parameters>;` becomes one such line per
-// replica address, keeping the parameters. A main nginx.conf of the test's own (daemon off, pid,
-// error log and temp paths in the given folder) includes it.
+// The shipped file is used as it is except for two lines: its `listen 50051 ...` port becomes
+// 127.0.0.1 on a free port, and its upstream `server attnserve:50051 <parameters>;` becomes one
+// such line per replica address, keeping the parameters; and the TLS variant's compose secrets
+// folder, /run/secrets/, becomes a given folder. A main nginx.conf of the test's own (daemon off,
+// pid, error log and temp paths in the given folder) includes it.
 //
 // Thread-safe as ChildProcess is.
 #ifndef ATTNSERVE_TESTS_CLIENT_NGINX_FRONT_H_
@@ -23,11 +24,13 @@ namespace attnserve::testing {
 class NginxFront {
  public:
   // Starts `nginx` (the binary's path) with `shipped_config` in front of `upstreams`
-  // ("host:port" each), files under `folder`. FailedPrecondition when the config no longer has
-  // the two lines to replace; Internal when nginx cannot start (its log in the message).
+  // ("host:port" each), files under `folder`, /run/secrets/ replaced by `secrets` (when not
+  // empty). FailedPrecondition when the config no longer has the two lines to replace; Internal
+  // when nginx cannot start (its log in the message).
   static absl::StatusOr<std::unique_ptr<NginxFront>> Start(
       const std::string& nginx, const std::filesystem::path& shipped_config,
-      const std::vector<std::string>& upstreams, const std::filesystem::path& folder);
+      const std::vector<std::string>& upstreams, const std::filesystem::path& folder,
+      const std::filesystem::path& secrets = {});
 
   // Stops nginx (SIGTERM: its workers exit with it) and waits for it.
   ~NginxFront();

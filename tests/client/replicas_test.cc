@@ -38,16 +38,30 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 // One replica: attnserve on `host`, on a port chosen at first start and kept across restarts.
 class Replica {
  public:
-  Replica(std::string host, std::string repository)
-      : host_(std::move(host)), repository_(std::move(repository)) {}
+  Replica(std::string host, std::string repository, std::vector<std::string> extra_flags)
+      : host_(std::move(host)),
+        repository_(std::move(repository)),
+        extra_flags_(std::move(extra_flags)) {}
 
   // Starts (or restarts) the server; false when it did not come up.
   bool Start() {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
-        ATTNSERVE_BINARY,
-        {"--grpc-address", absl::StrCat(host_, ":", port_), "--metrics-address", "",
-         "--model-repository", repository_, "--compute-threads", "1", "--shutdown-grace-s", "10",
-         "--malloc-trim-interval-s", "0", "--log-level", "debug"});
+    std::vector<std::string> flags = {"--grpc-address",
+                                      absl::StrCat(host_, ":", port_),
+                                      "--metrics-address",
+                                      "",
+                                      "--model-repository",
+                                      repository_,
+                                      "--compute-threads",
+                                      "1",
+                                      "--shutdown-grace-s",
+                                      "10",
+                                      "--malloc-trim-interval-s",
+                                      "0",
+                                      "--log-level",
+                                      "debug"};
+    flags.insert(flags.end(), extra_flags_.begin(), extra_flags_.end());
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Start(ATTNSERVE_BINARY, flags);
     if (!child.ok()) return false;
     process_ = *std::move(child);
     std::optional<std::string> line = process_->WaitForLine("(port ", kStartTimeout);
@@ -76,6 +90,7 @@ class Replica {
  private:
   const std::string host_;
   const std::string repository_;
+  const std::vector<std::string> extra_flags_;
   int port_ = 0;
   std::unique_ptr<ChildProcess> process_;
 };
@@ -178,12 +193,14 @@ ac::ClientOptions RetryingClient() {
   return options;
 }
 
-// Three replicas on 127.0.0.2-4 (loopback), started; their repository absent (the demo model).
-std::vector<std::unique_ptr<Replica>> StartReplicas(const TempFolder& temp) {
+// Three replicas on 127.0.0.2-4 (loopback), started with `extra_flags`; their repository absent
+// (the demo model).
+std::vector<std::unique_ptr<Replica>> StartReplicas(
+    const TempFolder& temp, const std::vector<std::string>& extra_flags = {}) {
   const std::string repository = (temp.path() / "absent").string();
   std::vector<std::unique_ptr<Replica>> replicas;
   for (const char* host : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
-    replicas.push_back(std::make_unique<Replica>(host, repository));
+    replicas.push_back(std::make_unique<Replica>(host, repository, extra_flags));
     EXPECT_TRUE(replicas.back()->Start()) << host;
   }
   return replicas;
@@ -260,6 +277,61 @@ TEST(ReplicasTest, ThroughNginxKillAndRollingRestartFailNoCall) {
   });
   load.Stop();
   if (const char* path = std::getenv("ATTNSERVE_NGINX_LOG")) std::ofstream(path) << (*nginx)->Log();
+}
+
+// deploy/nginx/attnserve-grpc-tls.conf as shipped (compose.tls.yaml's): clients reach nginx over
+// TLS, nginx reaches replicas that require client certificates over mutual TLS, checking theirs.
+// Certificates by deploy/make-test-certs.sh, under the names compose's secrets give them.
+TEST(ReplicasTest, ThroughNginxWithMutualTls) {
+  TempFolder temp;
+  const std::filesystem::path certs = temp.path() / "certs";
+  const std::string command = absl::StrCat(MAKE_TEST_CERTS, " ", certs.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const std::filesystem::path secrets = temp.path() / "secrets";
+  std::filesystem::create_directory(secrets);
+  for (const auto& [name, file] : std::vector<std::pair<std::string, std::string>>{
+           {"attnserve-tls-cert", "server.pem"},
+           {"attnserve-tls-key", "server.key"},
+           {"attnserve-tls-ca", "ca.pem"},
+           {"attnserve-tls-client-cert", "client.pem"},
+           {"attnserve-tls-client-key", "client.key"}}) {
+    std::filesystem::create_symlink(certs / file, secrets / name);
+  }
+  std::vector<std::unique_ptr<Replica>> replicas = StartReplicas(
+      temp, {"--tls-cert-chain", (certs / "server.pem").string(), "--tls-private-key",
+             (certs / "server.key").string(), "--tls-client-ca", (certs / "ca.pem").string()});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::vector<std::string> upstreams;
+  for (const std::unique_ptr<Replica>& replica : replicas) upstreams.push_back(replica->address());
+  std::filesystem::create_directory(temp.path() / "nginx");
+  absl::StatusOr<std::unique_ptr<NginxFront>> nginx = NginxFront::Start(
+      ATTNSERVE_NGINX, ATTNSERVE_NGINX_TLS_CONFIG, upstreams, temp.path() / "nginx", secrets);
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+
+  ac::ClientOptions options = RetryingClient();
+  options.max_attempts = 1;  // every call must succeed at once
+  options.tls_ca_path = (certs / "ca.pem").string();
+  absl::StatusOr<std::unique_ptr<ac::Client>> client =
+      ac::Client::Create((*nginx)->address(), options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  Load load(client->get(), 2);
+  AwaitCalls(load, 300);
+  load.Stop();
+  const NginxFront::Retries retries = (*nginx)->TakeRetries();
+  const Load::Phase phase = load.TakePhase();
+  Report("nginx_mtls", phase, {{"nginx_resent", retries.resent}});
+  EXPECT_GE(phase.calls, 300u);
+  // Every replica answered some: nginx balanced the calls over all three mTLS connections.
+  for (const std::unique_ptr<Replica>& replica : replicas) {
+    EXPECT_TRUE(replica->AwaitTraffic()) << replica->address();
+  }
+  // A client without the CA is refused by nginx's TLS: the front really is TLS.
+  ac::ClientOptions plaintext = options;
+  plaintext.tls_ca_path.clear();
+  absl::StatusOr<std::unique_ptr<ac::Client>> refused =
+      ac::Client::Create((*nginx)->address(), plaintext);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE((*refused)->Attend("", {std::vector<float>(512, 1.0f), {1, 512}}).ok());
 }
 
 }  // namespace
