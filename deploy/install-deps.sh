@@ -4,7 +4,7 @@
 #   build          only what compiling the server and attnserve-cli needs (the Dockerfile's build
 #                  stage: no test frameworks, no PyTorch)
 #   container      podman and what deploy/container-test.sh needs to build and run the image
-#                  without a Docker engine
+#                  without a Docker engine, and deploy/k8s-play-test.sh to play the pod spec
 # Idempotent and non-interactive: packages already present are left as they are.
 # Usage: deploy/install-deps.sh [dev|build|container]...   (as root, or as a user with sudo, when
 # anything is missing; with everything installed any user may run it)
@@ -53,6 +53,9 @@ container_packages=(
   # debootstrap makes the Debian base image locally (no registry is reachable); iproute2 gives the
   # test its own network namespace.
   podman runc debootstrap iproute2 python3
+  # catatonit: podman builds a pod's infra (pause) image from it locally, for `podman kube play`
+  # of the Kubernetes pod spec (deploy/k8s-play-test.sh); python3-yaml renders that spec.
+  catatonit python3-yaml
 )
 
 packages=()
