@@ -4,7 +4,7 @@
 #   build          only what compiling the server and attnserve-cli needs (the Dockerfile's build
 #                  stage: no test frameworks, no PyTorch)
 #   container      podman and what deploy/container-test.sh needs to build and run the image
-#                  without a Docker engine
+#                  without a Docker engine, and deploy/k8s-play-test.sh to play the pod spec
 # Idempotent and non-interactive: packages already present are left as they are.
 # Usage: deploy/install-deps.sh [dev|build|container]...   (as root, or as a user with sudo, when
 # anything is missing; with everything installed any user may run it)
@@ -34,6 +34,9 @@ dev_packages=(
   prometheus
   # Tests and benchmarks; python3-yaml for the deployment files' check (tests/deploy).
   libgtest-dev libgmock-dev libbenchmark-dev python3-yaml
+  # nginx: the L7 gRPC load balancer ReplicasTest runs in front of three replicas, with the
+  # shipped deploy/nginx/attnserve-grpc.conf (grpc_pass and HTTP/2 are in Debian's build).
+  nginx
   # PyTorch interop (tools/export_torch.py and its test), run with /usr/bin/python3. Debian's torch
   # links the reference BLAS; the OpenBLAS alternative makes it ~20x faster.
   python3 python3-numpy python3-torch libopenblas0-pthread
@@ -50,6 +53,9 @@ container_packages=(
   # debootstrap makes the Debian base image locally (no registry is reachable); iproute2 gives the
   # test its own network namespace.
   podman runc debootstrap iproute2 python3
+  # catatonit: podman builds a pod's infra (pause) image from it locally, for `podman kube play`
+  # of the Kubernetes pod spec (deploy/k8s-play-test.sh); python3-yaml renders that spec.
+  catatonit python3-yaml
 )
 
 packages=()

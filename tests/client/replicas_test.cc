@@ -1,8 +1,9 @@
 // Three attnserve replicas on 127.0.0.2, 127.0.0.3 and 127.0.0.4 (loopback, no other network)
 // behind the C++ client's round_robin over an ipv4: target, with retries on, under steady load:
 // SIGKILL of one replica, then a rolling SIGTERM restart of all three (each waiting for the
-// previous to serve the client again). The client must see no failed call. Calls and p99 of each
-// phase are printed (and recorded as test properties).
+// previous to serve the client again). The client must see no failed call. Then the same faults
+// through nginx (deploy/nginx/attnserve-grpc.conf) with the client's retries off. Calls, p99 and
+// nginx's re-sent calls of each phase are printed (and recorded as test properties).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -10,6 +11,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -20,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "attnserve/client/client.h"
+#include "tests/client/nginx_front.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
 
@@ -32,16 +38,30 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 // One replica: attnserve on `host`, on a port chosen at first start and kept across restarts.
 class Replica {
  public:
-  Replica(std::string host, std::string repository)
-      : host_(std::move(host)), repository_(std::move(repository)) {}
+  Replica(std::string host, std::string repository, std::vector<std::string> extra_flags)
+      : host_(std::move(host)),
+        repository_(std::move(repository)),
+        extra_flags_(std::move(extra_flags)) {}
 
   // Starts (or restarts) the server; false when it did not come up.
   bool Start() {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
-        ATTNSERVE_BINARY,
-        {"--grpc-address", absl::StrCat(host_, ":", port_), "--metrics-address", "",
-         "--model-repository", repository_, "--compute-threads", "1", "--shutdown-grace-s", "10",
-         "--malloc-trim-interval-s", "0", "--log-level", "debug"});
+    std::vector<std::string> flags = {"--grpc-address",
+                                      absl::StrCat(host_, ":", port_),
+                                      "--metrics-address",
+                                      "",
+                                      "--model-repository",
+                                      repository_,
+                                      "--compute-threads",
+                                      "1",
+                                      "--shutdown-grace-s",
+                                      "10",
+                                      "--malloc-trim-interval-s",
+                                      "0",
+                                      "--log-level",
+                                      "debug"};
+    flags.insert(flags.end(), extra_flags_.begin(), extra_flags_.end());
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Start(ATTNSERVE_BINARY, flags);
     if (!child.ok()) return false;
     process_ = *std::move(child);
     std::optional<std::string> line = process_->WaitForLine("(port ", kStartTimeout);
@@ -70,6 +90,7 @@ class Replica {
  private:
   const std::string host_;
   const std::string repository_;
+  const std::vector<std::string> extra_flags_;
   int port_ = 0;
   std::unique_ptr<ChildProcess> process_;
 };
@@ -146,43 +167,58 @@ void AwaitCalls(Load& load, size_t more) {
   }
 }
 
-void Report(const char* name, const Load::Phase& phase) {
-  std::cout << name << ": calls=" << phase.calls << " failed=" << phase.failures
-            << " p99_ms=" << phase.p99_ms << "\n";
+// Prints a phase and checks it failed no call; `extra` is printed after the calls and recorded
+// as properties.
+void Report(const std::string& name, const Load::Phase& phase,
+            const std::vector<std::pair<std::string, int>>& extra = {}) {
+  std::cout << name << ": calls=" << phase.calls << " failed=" << phase.failures;
+  for (const auto& [key, value] : extra) {
+    std::cout << " " << key << "=" << value;
+    ::testing::Test::RecordProperty(absl::StrCat(name, "_", key), value);
+  }
+  std::cout << " p99_ms=" << phase.p99_ms << "\n";
   ::testing::Test::RecordProperty(absl::StrCat(name, "_calls"), static_cast<int>(phase.calls));
   ::testing::Test::RecordProperty(absl::StrCat(name, "_p99_us"),
                                   static_cast<int>(phase.p99_ms * 1000));
   EXPECT_EQ(phase.failures, 0) << name << ": " << phase.first_failure;
 }
 
-TEST(ReplicasTest, KillAndRollingRestartUnderLoadFailNoCall) {
-  TempFolder temp;
-  const std::string repository = (temp.path() / "absent").string();
-  std::vector<std::unique_ptr<Replica>> replicas;
-  std::string target = "ipv4:";
-  for (const char* host : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
-    replicas.push_back(std::make_unique<Replica>(host, repository));
-    ASSERT_TRUE(replicas.back()->Start()) << host;
-    absl::StrAppend(&target, replicas.size() > 1 ? "," : "", replicas.back()->address());
-  }
+// The client options of both tests: retries on (UNAVAILABLE from a draining replica).
+ac::ClientOptions RetryingClient() {
   ac::ClientOptions options;
   options.max_attempts = 5;
   options.initial_backoff = std::chrono::milliseconds(20);
   options.max_backoff = std::chrono::milliseconds(500);
   options.default_deadline = std::chrono::milliseconds(10000);
-  absl::StatusOr<std::unique_ptr<ac::Client>> client = ac::Client::Create(target, options);
-  ASSERT_TRUE(client.ok()) << client.status();
+  return options;
+}
 
-  Load load(client->get(), 2);
+// Three replicas on 127.0.0.2-4 (loopback), started with `extra_flags`; their repository absent
+// (the demo model).
+std::vector<std::unique_ptr<Replica>> StartReplicas(
+    const TempFolder& temp, const std::vector<std::string>& extra_flags = {}) {
+  const std::string repository = (temp.path() / "absent").string();
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (const char* host : {"127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+    replicas.push_back(std::make_unique<Replica>(host, repository, extra_flags));
+    EXPECT_TRUE(replicas.back()->Start()) << host;
+  }
+  return replicas;
+}
+
+// The faults, under `load`: steady state, (a) SIGKILL of one replica and its restart, (b) a
+// rolling SIGTERM restart of all three; `report(phase name)` after each.
+void SigkillThenRollingRestart(std::vector<std::unique_ptr<Replica>>& replicas, Load& load,
+                               const std::function<void(const std::string&)>& report) {
   AwaitCalls(load, 200);
-  Report("steady", load.TakePhase());
+  report("steady");
 
   // (a) SIGKILL one replica; the other two carry on, then it comes back.
   replicas[1]->Kill();
   AwaitCalls(load, 200);
   ASSERT_TRUE(replicas[1]->Start());
   AwaitCalls(load, 200);
-  Report("sigkill", load.TakePhase());
+  report("sigkill");
 
   // (b) Rolling restart: SIGTERM (drain, exit 0), start again, wait until it serves, next.
   for (std::unique_ptr<Replica>& replica : replicas) {
@@ -191,8 +227,111 @@ TEST(ReplicasTest, KillAndRollingRestartUnderLoadFailNoCall) {
     ASSERT_TRUE(replica->Start());
     EXPECT_TRUE(replica->AwaitTraffic()) << replica->address();
   }
-  Report("rolling_restart", load.TakePhase());
+  report("rolling_restart");
+}
+
+// (a) and (b): the client balances (round_robin over the three addresses) and retries.
+TEST(ReplicasTest, KillAndRollingRestartUnderLoadFailNoCall) {
+  TempFolder temp;
+  std::vector<std::unique_ptr<Replica>> replicas = StartReplicas(temp);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::string target = "ipv4:";
+  for (const std::unique_ptr<Replica>& replica : replicas) {
+    absl::StrAppend(&target, target.size() > 5 ? "," : "", replica->address());
+  }
+  absl::StatusOr<std::unique_ptr<ac::Client>> client = ac::Client::Create(target, RetryingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  Load load(client->get(), 2);
+  SigkillThenRollingRestart(replicas, load,
+                            [&](const std::string& name) { Report(name, load.TakePhase()); });
   load.Stop();
+}
+
+// (c) The same faults through nginx (deploy/nginx/attnserve-grpc.conf, as shipped but for its
+// listen port and upstream addresses); the client has one address, nginx's. nginx sends calls
+// a refusing replica would not take to another one (grpc_next_upstream) and leaves it out for a
+// while (max_fails); calls lost in a killed replica (502) and a draining replica's UNAVAILABLE
+// reach the client, whose retry policy re-sends them through nginx to a live replica.
+TEST(ReplicasTest, ThroughNginxKillAndRollingRestartFailNoCall) {
+  TempFolder temp;
+  std::vector<std::unique_ptr<Replica>> replicas = StartReplicas(temp);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::vector<std::string> upstreams;
+  for (const std::unique_ptr<Replica>& replica : replicas) upstreams.push_back(replica->address());
+  std::filesystem::create_directory(temp.path() / "nginx");
+  absl::StatusOr<std::unique_ptr<NginxFront>> nginx =
+      NginxFront::Start(ATTNSERVE_NGINX, ATTNSERVE_NGINX_CONFIG, upstreams, temp.path() / "nginx");
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+
+  absl::StatusOr<std::unique_ptr<ac::Client>> client =
+      ac::Client::Create((*nginx)->address(), RetryingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  Load load(client->get(), 2);
+  SigkillThenRollingRestart(replicas, load, [&](const std::string& name) {
+    // Access-log lines still in the pipe count towards the next phase (a report, not a check).
+    const NginxFront::Retries retries = (*nginx)->TakeRetries();
+    Report(absl::StrCat("nginx_", name), load.TakePhase(),
+           {{"nginx_resent", retries.resent}, {"client_retried", retries.not_ok}});
+  });
+  load.Stop();
+  if (const char* path = std::getenv("ATTNSERVE_NGINX_LOG")) std::ofstream(path) << (*nginx)->Log();
+}
+
+// deploy/nginx/attnserve-grpc-tls.conf as shipped (compose.tls.yaml's): clients reach nginx over
+// TLS, nginx reaches replicas that require client certificates over mutual TLS, checking theirs.
+// Certificates by deploy/make-test-certs.sh, under the names compose's secrets give them.
+TEST(ReplicasTest, ThroughNginxWithMutualTls) {
+  TempFolder temp;
+  const std::filesystem::path certs = temp.path() / "certs";
+  const std::string command = absl::StrCat(MAKE_TEST_CERTS, " ", certs.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const std::filesystem::path secrets = temp.path() / "secrets";
+  std::filesystem::create_directory(secrets);
+  for (const auto& [name, file] : std::vector<std::pair<std::string, std::string>>{
+           {"attnserve-tls-cert", "server.pem"},
+           {"attnserve-tls-key", "server.key"},
+           {"attnserve-tls-ca", "ca.pem"},
+           {"attnserve-tls-client-cert", "client.pem"},
+           {"attnserve-tls-client-key", "client.key"}}) {
+    std::filesystem::create_symlink(certs / file, secrets / name);
+  }
+  std::vector<std::unique_ptr<Replica>> replicas = StartReplicas(
+      temp, {"--tls-cert-chain", (certs / "server.pem").string(), "--tls-private-key",
+             (certs / "server.key").string(), "--tls-client-ca", (certs / "ca.pem").string()});
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::vector<std::string> upstreams;
+  for (const std::unique_ptr<Replica>& replica : replicas) upstreams.push_back(replica->address());
+  std::filesystem::create_directory(temp.path() / "nginx");
+  absl::StatusOr<std::unique_ptr<NginxFront>> nginx = NginxFront::Start(
+      ATTNSERVE_NGINX, ATTNSERVE_NGINX_TLS_CONFIG, upstreams, temp.path() / "nginx", secrets);
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+
+  ac::ClientOptions options = RetryingClient();
+  options.max_attempts = 1;  // every call must succeed at once
+  options.tls_ca_path = (certs / "ca.pem").string();
+  absl::StatusOr<std::unique_ptr<ac::Client>> client =
+      ac::Client::Create((*nginx)->address(), options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  Load load(client->get(), 2);
+  AwaitCalls(load, 300);
+  load.Stop();
+  const NginxFront::Retries retries = (*nginx)->TakeRetries();
+  const Load::Phase phase = load.TakePhase();
+  Report("nginx_mtls", phase, {{"nginx_resent", retries.resent}});
+  EXPECT_GE(phase.calls, 300u);
+  // Every replica answered some: nginx balanced the calls over all three mTLS connections.
+  for (const std::unique_ptr<Replica>& replica : replicas) {
+    EXPECT_TRUE(replica->AwaitTraffic()) << replica->address();
+  }
+  // A client without the CA is refused by nginx's TLS: the front really is TLS.
+  ac::ClientOptions plaintext = options;
+  plaintext.tls_ca_path.clear();
+  absl::StatusOr<std::unique_ptr<ac::Client>> refused =
+      ac::Client::Create((*nginx)->address(), plaintext);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE((*refused)->Attend("", {std::vector<float>(512, 1.0f), {1, 512}}).ok());
 }
 
 }  // namespace

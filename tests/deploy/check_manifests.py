@@ -10,12 +10,16 @@ Usage: check_manifests.py --attnserve PATH/TO/attnserve [--root REPO_ROOT]
    itself accepts each place's variables and command line (`attnserve ARGS --help` exits 0: CLI11
    validates every value before it acts on --help). From them (or the --help defaults) come the
    gRPC and metrics ports, --shutdown-grace-s and --compute-threads.
-4. Ports agree: the Dockerfile's EXPOSE, compose's ports, deploy/prometheus.yml's target, the
-   Deployment's named container ports and gRPC probes, both Services and the ServiceMonitor.
+4. Ports agree: the Dockerfile's EXPOSE, compose's ports/expose, deploy/prometheus.yml's target
+   (static or DNS discovery), the nginx configs compose mounts (upstream `server attnserve:<gRPC
+   port>`, `listen` = the published port), the Deployment's named container ports and gRPC
+   probes, both Services and the ServiceMonitor.
 5. Kubernetes: every selector (Services, PDB, ServiceMonitor) matches, the HPA targets the
    Deployment, terminationGracePeriodSeconds > preStop sleep + --shutdown-grace-s,
    --compute-threads = the CPU limit, kustomization.yaml lists every manifest.
-6. Compose and Grafana: stop_grace_period > --shutdown-grace-s, the provisioned data source is
+6. Compose and Grafana: deploy/compose.tls.yaml's server variables exist and every /run/secrets/
+   file it or the TLS nginx config names is a secret of that service backed by a file;
+   stop_grace_period > --shutdown-grace-s, the provisioned data source is
    what the dashboard's `datasource` variable picks, the dashboard provider's path holds the
    mounted deploy/grafana/attnserve.json.
 Not read: a --config file named in args (its values would come between args and environment).

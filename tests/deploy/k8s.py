@@ -121,6 +121,12 @@ def check_termination(file, field, deployment, container, values, check):
     check.expect(isinstance(period, (int, float)) and period > needed, file,
                  "spec.template.spec.terminationGracePeriodSeconds",
                  f"more than preStop sleep {sleep} + --shutdown-grace-s {grace} = {needed}", period)
+    # A new pod must stay ready for at least one more readiness probe before the rollout goes on.
+    ready_period = get(container, "readinessProbe", "periodSeconds") or 10
+    min_ready = get(deployment, "spec", "minReadySeconds")
+    check.expect(isinstance(min_ready, int) and min_ready >= ready_period, file,
+                 "spec.minReadySeconds", f"at least the readiness period ({ready_period} s)",
+                 min_ready)
 
 
 def check_cpu(file, field, container, values, check):

@@ -84,11 +84,19 @@ http_get "http://127.0.0.1:$metrics_port/metrics" >"$tmp/metrics_before.txt" ||
 import sys
 source, dest, target = sys.argv[1:]
 text = open(source).read()
-if text.count('"attnserve:8002"') != 1:
-    sys.exit(f'{source}: expected the target "attnserve:8002" exactly once')
+# The compose replicas, found by DNS; here the one server, as a static target (Prometheus' DNS
+# discovery asks DNS servers, not /etc/hosts).
+dns = """    dns_sd_configs:
+      - names: ["attnserve"]
+        type: A
+        port: 8002
+"""
+if text.count(dns) != 1:
+    sys.exit(f"{source}: expected the DNS discovery of `attnserve` on port 8002 exactly once")
 if "scrape_interval: 5s" not in text:
     sys.exit(f"{source}: expected 'scrape_interval: 5s'")
-text = text.replace('"attnserve:8002"', f'"{target}"')
+text = text.replace(dns, f'    static_configs:\n      - targets: ["{target}"]\n')
+text = text.replace("        refresh_interval: 5s\n", "")
 text = text.replace("scrape_interval: 5s", "scrape_interval: 1s")
 text = text.replace("evaluation_interval: 5s", "evaluation_interval: 1s")
 open(dest, "w").write(text)

@@ -22,11 +22,10 @@ ARGS = None
 D_MODEL, HEADS = 32, 4
 
 
-class PackageTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        site = os.path.join(cls.tmp.name, "site")
+def install_package(folder):
+    """pip-installs client/python into `folder`/site (once per run) and imports it."""
+    site = os.path.join(folder, "site")
+    if "attnserve" not in sys.modules:
         # As a user installs it: pip from the repository, no index, Debian's packages.
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
                         "--no-deps", "--no-index", "--target", site,
@@ -35,7 +34,14 @@ class PackageTest(unittest.TestCase):
         sys.path.insert(0, site)
         sys.path.insert(0, os.path.join(ARGS.root, "tools"))
         sys.path.insert(0, os.path.join(ARGS.root, "tests", "oip"))
-        cls.attnserve = importlib.import_module("attnserve")
+    return importlib.import_module("attnserve")
+
+
+class PackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.attnserve = install_package(cls.tmp.name)
         cls.remote = importlib.import_module("attnserve.torch")
         export_torch = importlib.import_module("export_torch")
         torch.manual_seed(7)
@@ -165,6 +171,90 @@ class PackageTest(unittest.TestCase):
                 self.assertIsNone(weights)
             else:
                 torch.testing.assert_close(weights, expected_weights, atol=1e-4, rtol=0)
+
+
+class TlsTest(unittest.TestCase):
+    """Client and AsyncClient over TLS and mutual TLS, against attnserve with certificates made
+    by deploy/make-test-certs.sh (openssl, at test time)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.attnserve = install_package(cls.tmp.name)
+        cls.certs = os.path.join(cls.tmp.name, "certs")
+        subprocess.run(["bash", os.path.join(ARGS.root, "deploy", "make-test-certs.sh"),
+                        cls.certs], check=True)
+        live_server = importlib.import_module("live_server")
+        cls.server = live_server.LiveServer(
+            ARGS.attnserve, "--model-repository", os.path.join(cls.tmp.name, "absent"),
+            "--tls-cert-chain", cls.cert("server.pem"), "--tls-private-key", cls.cert("server.key"),
+            "--tls-client-ca", cls.cert("ca.pem"))
+        cls.server.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__(None, None, None)
+        cls.tmp.cleanup()
+
+    @classmethod
+    def cert(cls, name):
+        return os.path.join(cls.certs, name)
+
+    def mutual(self, **overrides):
+        """Client arguments for mutual TLS with the test CA and client certificate."""
+        return {"tls_ca": self.cert("ca.pem"), "tls_cert_chain": self.cert("client.pem"),
+                "tls_private_key": self.cert("client.key"), "timeout_s": 10, **overrides}
+
+    def test_mutual_tls_call(self):
+        x = np.ones((4, 512), np.float32)
+        with self.attnserve.Client(self.server.target, **self.mutual()) as client:
+            self.assertTrue(client.health())
+            self.assertEqual(client.attend(x).shape, (4, 512))
+        # The certificate names localhost and 127.0.0.1: another name must be set explicitly.
+        target = self.server.target.replace("127.0.0.1", "localhost")
+        with self.attnserve.Client(target, **self.mutual(tls_server_name="localhost")) as client:
+            self.assertTrue(client.health())
+
+    def test_async_client_mutual_tls(self):
+        async def run():
+            async with self.attnserve.AsyncClient(self.server.target, **self.mutual()) as client:
+                return await client.attend(np.ones((2, 512), np.float32))
+
+        self.assertEqual(asyncio.run(run()).shape, (2, 512))
+
+    def test_wrong_ca_fails_clearly(self):
+        with self.attnserve.Client(self.server.target,
+                                   **self.mutual(tls_ca=self.cert("other-ca.pem"))) as client:
+            with self.assertRaises(self.attnserve.AttnserveError) as caught:
+                client.health()
+        self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("TLS handshake failed: is tls_ca the CA", str(caught.exception))
+
+    def test_wrong_server_name_and_missing_client_certificate_fail(self):
+        cases = {"wrong name": self.mutual(tls_server_name="wrong.example"),
+                 "no client certificate": self.mutual(tls_cert_chain=None, tls_private_key=None)}
+        for name, arguments in cases.items():
+            with self.subTest(name), self.attnserve.Client(self.server.target,
+                                                           **arguments) as client:
+                with self.assertRaises(self.attnserve.AttnserveError) as caught:
+                    client.health()
+                self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_plaintext_client_fails(self):
+        with self.attnserve.Client(self.server.target, timeout_s=10) as client:
+            with self.assertRaises(self.attnserve.AttnserveError) as caught:
+                client.health()
+        self.assertEqual(caught.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_bad_arguments_name_the_argument(self):
+        cases = {"tls_ca: cannot read": {"tls_ca": self.cert("absent.pem")},
+                 "tls_cert_chain, tls_private_key: expected both":
+                     {"tls_ca": self.cert("ca.pem"), "tls_cert_chain": self.cert("client.pem")},
+                 "tls_ca: expected the PEM file": {"tls_server_name": "localhost"}}
+        for message, arguments in cases.items():
+            with self.subTest(message), self.assertRaises(ValueError) as caught:
+                self.attnserve.Client(self.server.target, **arguments)
+            self.assertIn(message, str(caught.exception))
 
 
 if __name__ == "__main__":

@@ -141,6 +141,53 @@ class _Retrying:
             yield delay
 
 
+def _read(path, name):
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise ValueError(f"{name}: cannot read {path!r}: {error.strerror}") from None
+
+
+def _channel_settings(credentials, options, tls_ca, tls_cert_chain, tls_private_key,
+                      tls_server_name):
+    """(credentials or None, channel options) from the constructor's TLS arguments."""
+    opts = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), *options]
+    tls = (tls_ca, tls_cert_chain, tls_private_key, tls_server_name)
+    if not any(tls):
+        return credentials, opts
+    if credentials is not None:
+        raise ValueError("credentials: expected either credentials or the tls_* arguments, "
+                         "not both")
+    if not tls_ca:
+        raise ValueError("tls_ca: expected the PEM file of the CA that signed the server's "
+                         "certificate (or \"system\" for the system's trust store) when any "
+                         "tls_* argument is given")
+    if bool(tls_cert_chain) != bool(tls_private_key):
+        raise ValueError("tls_cert_chain, tls_private_key: expected both (mutual TLS: this "
+                         "client's certificate and its key) or neither")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=None if tls_ca == "system" else _read(tls_ca, "tls_ca"),
+        private_key=_read(tls_private_key, "tls_private_key") if tls_private_key else None,
+        certificate_chain=_read(tls_cert_chain, "tls_cert_chain") if tls_cert_chain else None)
+    if tls_server_name:
+        opts.append(("grpc.ssl_target_name_override", tls_server_name))
+    return credentials, opts
+
+
+def _error(error, tls):
+    """AttnserveError for a failed call; a failed TLS handshake says what to check."""
+    details = error.details() or ""
+    if tls and error.code() == grpc.StatusCode.UNAVAILABLE and (
+            "handshake" in details.lower() or "ssl" in details.lower()):
+        details += (" (TLS handshake failed: is tls_ca the CA that signed the server's "
+                    "certificate, does the certificate name the target or tls_server_name, is "
+                    "it valid now, and does the server require a client certificate "
+                    "(tls_cert_chain/tls_private_key)? The server's log says why.)")
+    return AttnserveError(error.code(), details)
+
+
 def _remaining(deadline):
     # Never 0: gRPC Python takes a zero timeout as none at all.
     return None if deadline is None else max(1e-6, deadline - time.monotonic())
@@ -150,12 +197,21 @@ class Client:
     """A blocking client of one attnserve target ("host:port"). Thread-safe; one channel.
 
     timeout_s: default deadline of each call (None = none). retries / backoff_s: see above.
+    TLS (all None: plaintext), as attnserve-cli's --tls-* flags: tls_ca, the PEM file of the CAs
+    trusted to sign the server's certificate ("system": the system's trust store);
+    tls_cert_chain and tls_private_key, this client's certificate and key for servers that
+    require mutual TLS (both or neither); tls_server_name, the name the server's certificate must
+    carry when it is not the target's host (an IP, a load balancer). The files are read here; a
+    missing or unreadable one, or an incomplete set, raises ValueError naming the argument.
+    credentials: ready-made grpc.ChannelCredentials instead of the tls_* arguments.
     """
 
     def __init__(self, target, model="", timeout_s=None, retries=3, backoff_s=0.05,
-                 credentials=None, options=()):
-        opts = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), *options]
+                 credentials=None, options=(), tls_ca=None, tls_cert_chain=None,
+                 tls_private_key=None, tls_server_name=None):
+        credentials, opts = _channel_settings(credentials, options, tls_ca, tls_cert_chain,
+                                              tls_private_key, tls_server_name)
+        self._tls = credentials is not None
         self._channel = (grpc.secure_channel(target, credentials, opts) if credentials
                          else grpc.insecure_channel(target, opts))
         self._stub = pb_grpc.AttentionServiceStub(self._channel)
@@ -174,7 +230,7 @@ class Client:
             except grpc.RpcError as error:
                 delay = next(delays, None) if error.code() in _RETRYABLE else None
                 if delay is None:
-                    raise AttnserveError(error.code(), error.details()) from None
+                    raise _error(error, self._tls) from None
                 time.sleep(delay)
 
     def attend(self, x, memory=None, causal=False, attn_mask=None, head_mask=None,
@@ -215,12 +271,15 @@ class Client:
 
 
 class AsyncClient:
-    """Client's asyncio twin (grpc.aio): the same methods, as coroutines. Use from one loop."""
+    """Client's asyncio twin (grpc.aio): the same arguments (TLS included) and methods, as
+    coroutines. Use from one loop."""
 
     def __init__(self, target, model="", timeout_s=None, retries=3, backoff_s=0.05,
-                 credentials=None, options=()):
-        opts = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES), *options]
+                 credentials=None, options=(), tls_ca=None, tls_cert_chain=None,
+                 tls_private_key=None, tls_server_name=None):
+        credentials, opts = _channel_settings(credentials, options, tls_ca, tls_cert_chain,
+                                              tls_private_key, tls_server_name)
+        self._tls = credentials is not None
         self._channel = (grpc.aio.secure_channel(target, credentials, opts) if credentials
                          else grpc.aio.insecure_channel(target, opts))
         self._stub = pb_grpc.AttentionServiceStub(self._channel)
@@ -239,7 +298,7 @@ class AsyncClient:
             except grpc.RpcError as error:
                 delay = next(delays, None) if error.code() in _RETRYABLE else None
                 if delay is None:
-                    raise AttnserveError(error.code(), error.details()) from None
+                    raise _error(error, self._tls) from None
                 await asyncio.sleep(delay)
 
     async def attend(self, x, memory=None, causal=False, attn_mask=None, head_mask=None,
