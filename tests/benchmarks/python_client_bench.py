@@ -87,25 +87,27 @@ def main():
             latencies.extend(mine)
 
     threads = [threading.Thread(target=worker) for _ in range(args.concurrency)]
-    began = time.monotonic()
+    began, began_cpu = time.monotonic(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic() - began
+    elapsed, cpu_s = time.monotonic() - began, time.process_time() - began_cpu
     ms = np.array(latencies) * 1e3
     report = {"mode": args.mode, "seq_len": args.seq_len, "concurrency": args.concurrency,
               "requests": len(ms), "requests_per_s": len(ms) / elapsed,
               "latency_ms": {"p50": float(np.percentile(ms, 50)),
                              "p90": float(np.percentile(ms, 90)),
-                             "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean())}}
+                             "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean())},
+              "client_cpu_s": cpu_s}
     if args.json:
         print(json.dumps(report))
         return
     lat = report["latency_ms"]
     print(f"mode={args.mode} T={args.seq_len} c={args.concurrency} requests={len(ms)} "
           f"rps={report['requests_per_s']:.1f} p50={lat['p50']:.3f} p90={lat['p90']:.3f} "
-          f"p99={lat['p99']:.3f} mean={lat['mean']:.3f}")
+          f"p99={lat['p99']:.3f} mean={lat['mean']:.3f} "
+          f"client_cpu_us_per_request={1e6 * cpu_s / len(ms):.0f}")
 
 
 if __name__ == "__main__":

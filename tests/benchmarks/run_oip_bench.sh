@@ -95,16 +95,19 @@ for c in (16, 64):
           f"{med(b_all, lambda r: r['latency_ms']['p50']):.2f} |")
 print("\nPython Client.attend vs C++ client (attnserve-cli bench), T=128, concurrency 1 (ms):\n")
 print("| pair | C++ p50 | Python p50 | Python / C++ p50 | C++ mean | Python mean "
-      "| Python / C++ mean |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
+      "| Python / C++ mean | client CPU us/request C++ / Python |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 p50s, means, rows = [], [], []
 for p in range(1, pairs + 1):
-    c, y = load(f"lat_cpp_{p}")["latency_ms"], load(f"lat_py_{p}")["latency_ms"]
+    cr, yr = load(f"lat_cpp_{p}"), load(f"lat_py_{p}")
+    c, y = cr["latency_ms"], yr["latency_ms"]
+    c["cpu"] = 1e6 * cr["client_cpu_s"] / cr["requests"]
+    y["cpu"] = 1e6 * yr["client_cpu_s"] / yr["requests"]
     p50s.append(y["p50"] / c["p50"]), means.append(y["mean"] / c["mean"]), rows.append((c, y))
     print(f"| {p} | {c['p50']:.3f} | {y['p50']:.3f} | {p50s[-1]:.3f} | {c['mean']:.3f} | "
-          f"{y['mean']:.3f} | {means[-1]:.3f} |")
+          f"{y['mean']:.3f} | {means[-1]:.3f} | {c['cpu']:.0f} / {y['cpu']:.0f} |")
 med = lambda i, k: statistics.median(r[i][k] for r in rows)
 print(f"| **median** | {med(0, 'p50'):.3f} | {med(1, 'p50'):.3f} | "
       f"**{statistics.median(p50s):.3f}** | {med(0, 'mean'):.3f} | {med(1, 'mean'):.3f} | "
-      f"**{statistics.median(means):.3f}** |")
+      f"**{statistics.median(means):.3f}** | {med(0, 'cpu'):.0f} / {med(1, 'cpu'):.0f} |")
 EOF
