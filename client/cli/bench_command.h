@@ -12,9 +12,9 @@
 // The model is described by attnserve.v1 GetModel in both cases (the server serves both
 // protocols on one port). Stream mode exists only in attnserve.v1: --stream with oip is refused.
 //
-// Unary mode sends with Client::AttendAsync. Stream mode sends over `streams` AttendSessions:
-// closed loop splits `concurrency` between them as their max_in_flight; open loop gives each
-// `concurrency` as max_in_flight (a send blocks while that many are unanswered).
+// Unary mode sends with Client::AttendAsync (or InferAsync). Stream mode sends over `streams`
+// AttendSessions: closed loop splits `concurrency` between them as their max_in_flight; open loop
+// gives each `concurrency` as max_in_flight (a send blocks while that many are unanswered).
 //
 // With `warmup_requests` > 0, that many requests go first with the same load (same mode, streams,
 // rate and concurrency, over sessions of their own) and are left out of the report; the measured
