@@ -11,7 +11,8 @@
 # Prints every run and the medians over PAIRS pairs as markdown tables.
 #
 # Usage: tests/benchmarks/run_oip_bench.sh [build_dir]      (default: $BUILD_DIR or <repo>/build)
-# Environment: DURATION_S (default 10), REQUESTS (default 2000), PAIRS (default 3), KEEP_LOGS=1.
+# Environment: DURATION_S (default 10), REQUESTS (default 2000), PAIRS (default 3), KEEP_LOGS=1,
+#   ONLY=throughput or ONLY=latency (one of the two comparisons).
 # Needs Debian's python3-grpcio, python3-numpy and pip (the package is pip-installed into the
 # temporary folder, no index). Takes ~4 minutes.
 set -euo pipefail
@@ -23,6 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/server_bench_lib.sh"
 duration_s="${DURATION_S:-10}"
 requests="${REQUESTS:-2000}"
 pairs="${PAIRS:-3}"
+only="${ONLY:-}"
 site="${work}/site"
 PIP_ROOT_USER_ACTION=ignore /usr/bin/python3 -m pip install --quiet --no-build-isolation \
   --no-deps --no-index --target "${site}" "${repo_root}/client/python"
@@ -48,7 +50,9 @@ python_bench() {
     --requests "${requests}" --warmup-requests 20 --json >"${work}/$1.json"
 }
 
-for concurrency in 16 64; do
+throughput_concurrencies=(16 64)
+if [[ "${only}" == latency ]]; then throughput_concurrencies=(); fi
+for concurrency in "${throughput_concurrencies[@]}"; do
   for ((pair = 1; pair <= pairs; ++pair)); do
     order=(v1 oip)
     if ((pair % 2 == 0)); then order=(oip v1); fi
@@ -59,7 +63,9 @@ for concurrency in 16 64; do
   done
 done
 
-for ((pair = 1; pair <= pairs; ++pair)); do
+latency_pairs="${pairs}"
+if [[ "${only}" == throughput ]]; then latency_pairs=0; fi
+for ((pair = 1; pair <= latency_pairs; ++pair)); do
   if ((pair % 2 == 1)); then
     cpp_bench "lat_cpp_${pair}" --concurrency 1 --requests "${requests}" --warmup-requests 20
     python_bench "lat_py_${pair}"
@@ -71,43 +77,45 @@ done
 stop_server
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "${work}" "${pairs}" <<'EOF'
+python3 - "${work}" "${pairs}" "${only}" <<'EOF'
 import json, statistics, sys
-work, pairs = sys.argv[1], int(sys.argv[2])
+work, pairs, only = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 load = lambda name: json.load(open(f"{work}/{name}.json"))
-print("ModelInfer vs Attend, T=128, closed loop (requests/s; p50 ms):\n")
-print("| concurrency | pair | Attend req/s | ModelInfer req/s | ModelInfer / Attend "
-      "| Attend p50 | ModelInfer p50 |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
-for c in (16, 64):
-    ratios, a_all, b_all = [], [], []
+if only != "latency":
+    print("ModelInfer vs Attend, T=128, closed loop (requests/s; p50 ms):\n")
+    print("| concurrency | pair | Attend req/s | ModelInfer req/s | ModelInfer / Attend "
+          "| Attend p50 | ModelInfer p50 |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for c in (16, 64):
+        ratios, a_all, b_all = [], [], []
+        for p in range(1, pairs + 1):
+            a, b = load(f"tput_c{c}_v1_{p}"), load(f"tput_c{c}_oip_{p}")
+            assert a["errors"] == {} and b["errors"] == {}, (a["errors"], b["errors"])
+            ratios.append(b["requests_per_s"] / a["requests_per_s"])
+            a_all.append(a), b_all.append(b)
+            print(f"| {c} | {p} | {a['requests_per_s']:.1f} | {b['requests_per_s']:.1f} | "
+                  f"{ratios[-1]:.3f} | {a['latency_ms']['p50']:.2f} | {b['latency_ms']['p50']:.2f} |")
+        med = lambda runs, f: statistics.median(f(r) for r in runs)
+        print(f"| {c} | **median** | {med(a_all, lambda r: r['requests_per_s']):.1f} | "
+              f"{med(b_all, lambda r: r['requests_per_s']):.1f} | **{statistics.median(ratios):.3f}** | "
+              f"{med(a_all, lambda r: r['latency_ms']['p50']):.2f} | "
+              f"{med(b_all, lambda r: r['latency_ms']['p50']):.2f} |")
+if only != "throughput":
+    print("\nPython Client.attend vs C++ client (attnserve-cli bench), T=128, concurrency 1 (ms):\n")
+    print("| pair | C++ p50 | Python p50 | Python / C++ p50 | C++ mean | Python mean "
+          "| Python / C++ mean | client CPU us/request C++ / Python |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    p50s, means, rows = [], [], []
     for p in range(1, pairs + 1):
-        a, b = load(f"tput_c{c}_v1_{p}"), load(f"tput_c{c}_oip_{p}")
-        assert a["errors"] == {} and b["errors"] == {}, (a["errors"], b["errors"])
-        ratios.append(b["requests_per_s"] / a["requests_per_s"])
-        a_all.append(a), b_all.append(b)
-        print(f"| {c} | {p} | {a['requests_per_s']:.1f} | {b['requests_per_s']:.1f} | "
-              f"{ratios[-1]:.3f} | {a['latency_ms']['p50']:.2f} | {b['latency_ms']['p50']:.2f} |")
-    med = lambda runs, f: statistics.median(f(r) for r in runs)
-    print(f"| {c} | **median** | {med(a_all, lambda r: r['requests_per_s']):.1f} | "
-          f"{med(b_all, lambda r: r['requests_per_s']):.1f} | **{statistics.median(ratios):.3f}** | "
-          f"{med(a_all, lambda r: r['latency_ms']['p50']):.2f} | "
-          f"{med(b_all, lambda r: r['latency_ms']['p50']):.2f} |")
-print("\nPython Client.attend vs C++ client (attnserve-cli bench), T=128, concurrency 1 (ms):\n")
-print("| pair | C++ p50 | Python p50 | Python / C++ p50 | C++ mean | Python mean "
-      "| Python / C++ mean | client CPU us/request C++ / Python |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-p50s, means, rows = [], [], []
-for p in range(1, pairs + 1):
-    cr, yr = load(f"lat_cpp_{p}"), load(f"lat_py_{p}")
-    c, y = cr["latency_ms"], yr["latency_ms"]
-    c["cpu"] = 1e6 * cr["client_cpu_s"] / cr["requests"]
-    y["cpu"] = 1e6 * yr["client_cpu_s"] / yr["requests"]
-    p50s.append(y["p50"] / c["p50"]), means.append(y["mean"] / c["mean"]), rows.append((c, y))
-    print(f"| {p} | {c['p50']:.3f} | {y['p50']:.3f} | {p50s[-1]:.3f} | {c['mean']:.3f} | "
-          f"{y['mean']:.3f} | {means[-1]:.3f} | {c['cpu']:.0f} / {y['cpu']:.0f} |")
-med = lambda i, k: statistics.median(r[i][k] for r in rows)
-print(f"| **median** | {med(0, 'p50'):.3f} | {med(1, 'p50'):.3f} | "
-      f"**{statistics.median(p50s):.3f}** | {med(0, 'mean'):.3f} | {med(1, 'mean'):.3f} | "
-      f"**{statistics.median(means):.3f}** | {med(0, 'cpu'):.0f} / {med(1, 'cpu'):.0f} |")
+        cr, yr = load(f"lat_cpp_{p}"), load(f"lat_py_{p}")
+        c, y = cr["latency_ms"], yr["latency_ms"]
+        c["cpu"] = 1e6 * cr["client_cpu_s"] / cr["requests"]
+        y["cpu"] = 1e6 * yr["client_cpu_s"] / yr["requests"]
+        p50s.append(y["p50"] / c["p50"]), means.append(y["mean"] / c["mean"]), rows.append((c, y))
+        print(f"| {p} | {c['p50']:.3f} | {y['p50']:.3f} | {p50s[-1]:.3f} | {c['mean']:.3f} | "
+              f"{y['mean']:.3f} | {means[-1]:.3f} | {c['cpu']:.0f} / {y['cpu']:.0f} |")
+    med = lambda i, k: statistics.median(r[i][k] for r in rows)
+    print(f"| **median** | {med(0, 'p50'):.3f} | {med(1, 'p50'):.3f} | "
+          f"**{statistics.median(p50s):.3f}** | {med(0, 'mean'):.3f} | {med(1, 'mean'):.3f} | "
+          f"**{statistics.median(means):.3f}** | {med(0, 'cpu'):.0f} / {med(1, 'cpu'):.0f} |")
 EOF
