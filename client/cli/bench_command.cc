@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,9 +30,11 @@ constexpr uint64_t kArrivalSeedSalt = 0xA55A5AA5F00DF00DULL;
 // member they touch is thread-safe.
 class BenchState {
  public:
-  BenchState(client::Client& client, const BenchOptions& options, const BenchRun& run,
-             std::optional<Clock::time_point> deadline)
+  // `infer`: non-null sends ModelInfer instead of Attend.
+  BenchState(client::Client& client, client::InferClient* infer, const BenchOptions& options,
+             const BenchRun& run, std::optional<Clock::time_point> deadline)
       : client_(client),
+        infer_(infer),
         options_(options),
         run_(run),
         values_(RandomValues(static_cast<size_t>(run.seq_len.max * run.d_model), options.seed)),
@@ -39,9 +42,13 @@ class BenchState {
         recorder_(1, 0) {
     attend_.mask = options.causal ? client::Mask::kCausal : client::Mask::kNone;
     attend_.deadline = options.deadline;
+    infer_options_.mask = attend_.mask;
+    infer_options_.deadline = options.deadline;
   }
 
   client::Client& client() { return client_; }
+  client::InferClient* infer() { return infer_; }
+  const client::InferOptions& infer_options() const { return infer_options_; }
   load::LoadBudget& budget() { return budget_; }
   load::LoadRecorder& recorder() { return recorder_; }
   load::LoadWorkGroup& in_flight() { return in_flight_; }
@@ -67,12 +74,34 @@ class BenchState {
       RecordError(result.status());
       return;
     }
-    const double latency_ms = scheduled.has_value()
-                                  ? load::MillisBetween(*scheduled, Clock::now())
-                                  : static_cast<double>(result->latency.count()) / 1000.0;
     const client::Timing& timing = result->timing;
-    recorder_.RecordOk(latency_ms, timing.batch_sequences, timing.batch_tokens, timing.queue_us,
-                       timing.compute_us, tokens);
+    RecordOk(result->latency,
+             {.batch_sequences = timing.batch_sequences,
+              .batch_tokens = timing.batch_tokens,
+              .queue_us = timing.queue_us,
+              .compute_us = timing.compute_us},
+             tokens, scheduled);
+  }
+  // The same for a ModelInfer answer, which has no batch_tokens (left absent).
+  void Record(const absl::StatusOr<client::InferResult>& result, int64_t tokens,
+              std::optional<Clock::time_point> scheduled) {
+    if (!result.ok()) {
+      RecordError(result.status());
+      return;
+    }
+    const client::InferTiming& timing = result->timing;
+    RecordOk(result->latency,
+             {.batch_sequences = timing.batch_sequences,
+              .batch_tokens = std::nullopt,
+              .queue_us = timing.queue_us,
+              .compute_us = timing.compute_us},
+             tokens, scheduled);
+  }
+  void RecordOk(std::chrono::microseconds latency, const load::AnswerTiming& timing, int64_t tokens,
+                std::optional<Clock::time_point> scheduled) {
+    const double latency_ms = scheduled.has_value() ? load::MillisBetween(*scheduled, Clock::now())
+                                                    : static_cast<double>(latency.count()) / 1000.0;
+    recorder_.RecordOk(latency_ms, timing, tokens);
     ok_.fetch_add(1, std::memory_order_relaxed);
   }
   void RecordError(const absl::Status& status) {
@@ -83,10 +112,12 @@ class BenchState {
 
  private:
   client::Client& client_;
+  client::InferClient* const infer_;
   const BenchOptions& options_;
   const BenchRun& run_;
   const std::vector<float> values_;
   client::AttendOptions attend_;
+  client::InferOptions infer_options_;
   load::LoadBudget budget_;
   load::LoadRecorder recorder_;
   load::LoadWorkGroup in_flight_;
@@ -95,6 +126,32 @@ class BenchState {
   std::atomic<int64_t> failed_{0};
 };
 
+// Sends one unary request (Attend or ModelInfer, as the run says); `after` runs on the gRPC
+// thread once the answer is recorded, before the request counts as retired. It must not block.
+void SendUnary(BenchState& state, std::optional<Clock::time_point> scheduled,
+               std::function<void()> after) {
+  const client::TensorView input = state.NextInput();
+  const int64_t tokens = input.shape[0];
+  state.in_flight().Add(1);
+  if (state.infer() != nullptr) {
+    state.infer()->InferAsync(
+        state.model(), input, state.infer_options(),
+        [&state, tokens, scheduled, after](absl::StatusOr<client::InferResult> r) {
+          state.Record(r, tokens, scheduled);
+          after();
+          state.in_flight().Done();
+        });
+    return;
+  }
+  state.client().AttendAsync(
+      state.model(), input, state.attend_options(),
+      [&state, tokens, scheduled, after](absl::StatusOr<client::AttendResult> r) {
+        state.Record(r, tokens, scheduled);
+        after();
+        state.in_flight().Done();
+      });
+}
+
 // Unary, closed loop: `concurrency` slots; an answer frees its slot for the next request. The
 // callback only records and releases (it must not block a gRPC thread).
 void RunUnaryClosed(BenchState& state, int concurrency) {
@@ -102,15 +159,7 @@ void RunUnaryClosed(BenchState& state, int concurrency) {
   while (true) {
     slots.acquire();
     if (!state.budget().TryTake()) break;
-    const client::TensorView input = state.NextInput();
-    const int64_t tokens = input.shape[0];
-    state.in_flight().Add(1);
-    state.client().AttendAsync(state.model(), input, state.attend_options(),
-                               [&state, &slots, tokens](absl::StatusOr<client::AttendResult> r) {
-                                 state.Record(r, tokens, std::nullopt);
-                                 slots.release();
-                                 state.in_flight().Done();
-                               });
+    SendUnary(state, std::nullopt, [&slots] { slots.release(); });
   }
   state.in_flight().Wait();
 }
@@ -120,14 +169,7 @@ void RunUnaryOpen(BenchState& state, ArrivalSchedule& schedule) {
   while (state.budget().TryTake()) {
     const Clock::time_point at = schedule.Next();
     std::this_thread::sleep_until(at);  // Pacing, not synchronisation.
-    const client::TensorView input = state.NextInput();
-    const int64_t tokens = input.shape[0];
-    state.in_flight().Add(1);
-    state.client().AttendAsync(state.model(), input, state.attend_options(),
-                               [&state, tokens, at](absl::StatusOr<client::AttendResult> r) {
-                                 state.Record(r, tokens, at);
-                                 state.in_flight().Done();
-                               });
+    SendUnary(state, at, [] {});
   }
   state.in_flight().Wait();
 }
@@ -245,14 +287,20 @@ absl::Status Validate(const BenchOptions& options) {
     return absl::InvalidArgumentError(
         "--rate, --duration, --requests and --warmup-requests must not be negative");
   }
+  if (options.protocol == Protocol::kOip && options.stream) {
+    return absl::InvalidArgumentError(
+        "--stream: AttendStream exists only in attnserve.v1; with --protocol oip the requests are "
+        "unary ModelInfer calls (drop --stream or use --protocol v1)");
+  }
   return absl::OkStatus();
 }
 
 // One phase of the run: `options.requests` requests (0 = no count limit) or `options.duration_s`
 // seconds (0 = no time limit), whichever ends first, with the run's load. Stream mode opens its
 // sessions for the phase and closes them at its end.
-absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, const BenchOptions& options,
-                                           const BenchRun& run, std::ostream& err) {
+absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, client::InferClient* infer,
+                                           const BenchOptions& options, const BenchRun& run,
+                                           std::ostream& err) {
   std::vector<std::unique_ptr<client::AttendSession>> sessions;
   if (options.stream) {
     for (int i = 0; i < options.streams; ++i) {
@@ -274,7 +322,8 @@ absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, const BenchOp
     deadline = start + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(options.duration_s));
   }
-  BenchState state(client, options, run, deadline);
+  BenchState state(client, options.protocol == Protocol::kOip ? infer : nullptr, options, run,
+                   deadline);
   ArrivalSchedule schedule(options.rate, options.arrival, options.seed ^ kArrivalSeedSalt, start);
   state.recorder().Start();
   {
@@ -293,9 +342,14 @@ absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, const BenchOp
 
 }  // namespace
 
-absl::Status BenchCommand(client::Client& client, const BenchOptions& options, std::ostream& out,
-                          std::ostream& err) {
+const char* ProtocolName(Protocol protocol) { return protocol == Protocol::kOip ? "oip" : "v1"; }
+
+absl::Status BenchCommand(client::Client& client, client::InferClient* infer,
+                          const BenchOptions& options, std::ostream& out, std::ostream& err) {
   if (absl::Status valid = Validate(options); !valid.ok()) return valid;
+  if (options.protocol == Protocol::kOip && infer == nullptr) {
+    return absl::InvalidArgumentError("--protocol oip: no ModelInfer client was given");
+  }
   absl::StatusOr<SeqLenRange> seq_len = SeqLenRange::Parse(options.seq_len);
   if (!seq_len.ok()) return seq_len.status();
   absl::StatusOr<client::ModelInfo> info = client.GetModel(options.model);
@@ -318,14 +372,14 @@ absl::Status BenchCommand(client::Client& client, const BenchOptions& options, s
     warmup.requests = effective.warmup_requests;
     warmup.duration_s = 0;
     warmup.progress = false;
-    absl::StatusOr<load::LoadSummary> warm = RunPhase(client, warmup, run, err);
+    absl::StatusOr<load::LoadSummary> warm = RunPhase(client, infer, warmup, run, err);
     if (!warm.ok()) return warm.status();
     if (const int64_t errors = ErrorCount(*warm); errors > 0) {
       err << "warm-up: " << errors << " of " << errors + warm->ok
           << " requests failed (not counted)\n";
     }
   }
-  absl::StatusOr<load::LoadSummary> measured = RunPhase(client, effective, run, err);
+  absl::StatusOr<load::LoadSummary> measured = RunPhase(client, infer, effective, run, err);
   if (!measured.ok()) return measured.status();
   const load::LoadSummary& summary = *measured;
 

@@ -6,9 +6,15 @@
 // from its scheduled time, so a client or server falling behind shows in the latency instead of
 // silently lowering the load (no coordinated omission).
 //
-// Unary mode sends with Client::AttendAsync. Stream mode sends over `streams` AttendSessions:
-// closed loop splits `concurrency` between them as their max_in_flight; open loop gives each
-// `concurrency` as max_in_flight (a send blocks while that many are unanswered).
+// `protocol` picks the RPC of unary mode: attnserve.v1 Attend (Client::AttendAsync, the default)
+// or the Open Inference Protocol's ModelInfer (InferClient::InferAsync, raw FP32 input), the same
+// load either way. ModelInfer answers carry no batch_tokens, so that figure is reported absent.
+// The model is described by attnserve.v1 GetModel in both cases (the server serves both
+// protocols on one port). Stream mode exists only in attnserve.v1: --stream with oip is refused.
+//
+// Unary mode sends with Client::AttendAsync (or InferAsync). Stream mode sends over `streams`
+// AttendSessions: closed loop splits `concurrency` between them as their max_in_flight; open loop
+// gives each `concurrency` as max_in_flight (a send blocks while that many are unanswered).
 //
 // With `warmup_requests` > 0, that many requests go first with the same load (same mode, streams,
 // rate and concurrency, over sessions of their own) and are left out of the report; the measured
@@ -17,7 +23,7 @@
 // Progress goes to `err` about once a second (one line rewritten with \r) unless `progress` is
 // false; the report (text or one JSON object) to `out`. Returns OK when every request succeeded,
 // otherwise an error naming how many failed (the report is printed either way); InvalidArgument
-// for bad options. Uses `client` only (thread-safe).
+// for bad options. Uses `client` (and `infer` with Protocol::kOip) only (thread-safe).
 #ifndef ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_
 #define ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_
 
@@ -28,11 +34,21 @@
 
 #include "absl/status/status.h"
 #include "attnserve/client/client.h"
+#include "attnserve/client/infer_client.h"
 #include "client/cli/load_pattern.h"
 
 namespace attnserve::cli {
 
+// The wire protocol of bench's unary requests.
+enum class Protocol {
+  kV1,   // attnserve.v1.AttentionService/Attend
+  kOip,  // inference.GRPCInferenceService/ModelInfer
+};
+// "v1" or "oip", as --protocol spells them.
+const char* ProtocolName(Protocol protocol);
+
 struct BenchOptions {
+  Protocol protocol = Protocol::kV1;
   std::string model;    // "" = the server's default model.
   int concurrency = 8;  // Outstanding requests (closed loop).
   double rate = 0;      // Requests/s; > 0 switches to open loop.
@@ -53,8 +69,10 @@ struct BenchOptions {
 // With neither `requests` nor `duration_s`, runs kDefaultBenchRequests requests.
 inline constexpr int64_t kDefaultBenchRequests = 1000;
 
-absl::Status BenchCommand(client::Client& client, const BenchOptions& options, std::ostream& out,
-                          std::ostream& err);
+// `infer`: the ModelInfer client, needed with Protocol::kOip (else unused, may be null);
+// InvalidArgument naming --protocol when it is missing, or with --stream.
+absl::Status BenchCommand(client::Client& client, client::InferClient* infer,
+                          const BenchOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace attnserve::cli
 

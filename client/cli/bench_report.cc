@@ -8,9 +8,10 @@ namespace attnserve::cli {
 namespace {
 
 std::string ModeText(const BenchOptions& options) {
-  std::string mode = options.stream ? absl::StrCat("stream (", options.streams,
-                                                   options.streams == 1 ? " stream)" : " streams)")
-                                    : std::string("unary");
+  std::string mode = options.protocol == Protocol::kOip ? "ModelInfer " : "";
+  mode += options.stream ? absl::StrCat("stream (", options.streams,
+                                        options.streams == 1 ? " stream)" : " streams)")
+                         : std::string("unary");
   if (options.rate > 0) {
     absl::StrAppendFormat(&mode, ", open loop at %.1f requests/s (%s arrivals)", options.rate,
                           options.arrival == Arrival::kPoisson ? "Poisson" : "fixed-interval");
@@ -18,6 +19,17 @@ std::string ModeText(const BenchOptions& options) {
     absl::StrAppend(&mode, ", closed loop, concurrency ", options.concurrency);
   }
   return mode;
+}
+
+// "%.<digits>f" of `value` scaled by `scale`, or "n/a" when the answers did not carry it.
+std::string Figure(const std::optional<double>& value, int digits, double scale = 1.0) {
+  if (!value.has_value()) return "n/a";
+  return absl::StrFormat("%.*f", digits, *value * scale);
+}
+
+// The value, or JSON null when the answers did not carry it (never a 0 that was not measured).
+nlohmann::json OrNull(const std::optional<double>& value) {
+  return value.has_value() ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
 }  // namespace
@@ -45,17 +57,14 @@ std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summar
                         "(mean %.3f)\n",
                         summary.p50_ms, summary.p90_ms, summary.p99_ms, summary.p999_ms,
                         summary.max_ms, summary.mean_ms);
-  absl::StrAppendFormat(
-      &text,
-      "server:      batches of %.1f sequences / %.0f tokens (request-weighted mean), "
-      "queue %.0f us, compute %.0f us\n",
-      summary.mean_batch_sequences, summary.mean_batch_tokens, summary.mean_queue_us,
-      summary.mean_compute_us);
-  absl::StrAppendFormat(&text,
-                        "batches:     %.0f, %.2f sequences per batch; server in Forward %.1f %% of "
-                        "the time\n",
-                        summary.batches, summary.batch_mean_sequences,
-                        100.0 * summary.compute_busy);
+  absl::StrAppend(&text, "server:      batches of ", Figure(summary.mean_batch_sequences, 1),
+                  " sequences / ", Figure(summary.mean_batch_tokens, 0),
+                  " tokens (request-weighted mean), queue ", Figure(summary.mean_queue_us, 0),
+                  " us, compute ", Figure(summary.mean_compute_us, 0), " us\n");
+  absl::StrAppend(&text, "batches:     ", Figure(summary.batches, 0), ", ",
+                  Figure(summary.batch_mean_sequences, 2),
+                  " sequences per batch; server in Forward ", Figure(summary.compute_busy, 1, 100),
+                  " % of the time\n");
   absl::StrAppendFormat(
       &text, "client CPU:  %.2f s (%.0f us per ok request)\n", summary.client_cpu_s,
       summary.ok > 0 ? summary.client_cpu_s * 1e6 / static_cast<double>(summary.ok) : 0.0);
@@ -73,6 +82,7 @@ std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summar
   const BenchOptions& options = run.options;
   nlohmann::json report = {
       {"model", run.model},
+      {"protocol", ProtocolName(options.protocol)},
       {"d_model", run.d_model},
       {"mode", options.rate > 0 ? "open" : "closed"},
       {"stream", options.stream},
@@ -97,13 +107,13 @@ std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summar
         {"max", summary.max_ms},
         {"mean", summary.mean_ms}}},
       {"server",
-       {{"mean_batch_sequences", summary.mean_batch_sequences},
-        {"mean_batch_tokens", summary.mean_batch_tokens},
-        {"mean_queue_us", summary.mean_queue_us},
-        {"mean_compute_us", summary.mean_compute_us},
-        {"batches", summary.batches},
-        {"batch_mean_sequences", summary.batch_mean_sequences},
-        {"compute_busy", summary.compute_busy}}},
+       {{"mean_batch_sequences", OrNull(summary.mean_batch_sequences)},
+        {"mean_batch_tokens", OrNull(summary.mean_batch_tokens)},
+        {"mean_queue_us", OrNull(summary.mean_queue_us)},
+        {"mean_compute_us", OrNull(summary.mean_compute_us)},
+        {"batches", OrNull(summary.batches)},
+        {"batch_mean_sequences", OrNull(summary.batch_mean_sequences)},
+        {"compute_busy", OrNull(summary.compute_busy)}}},
       {"client_cpu_s", summary.client_cpu_s},
   };
   return report.dump() + "\n";

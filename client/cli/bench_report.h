@@ -26,7 +26,9 @@ std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summar
 // "mean_compute_us" (request-weighted means of the answers' Timing), "batches",
 // "batch_mean_sequences" (per batch), "compute_busy" (share of the wall time the server spent in
 // Forward for these answers)}, "client_cpu_s" (this process, user + system), and the run's
-// settings ("warmup_requests" among them). Every figure covers the measured requests only.
+// settings ("protocol" and "warmup_requests" among them). Every figure covers the measured
+// requests only. A server figure the answers do not carry (mean_batch_tokens with --protocol oip)
+// is null in JSON and "n/a" in text.
 std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summary);
 
 // Total errors in `summary`.

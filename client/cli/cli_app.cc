@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "attnserve/client/client.h"
+#include "attnserve/client/infer_client.h"
 #include "client/cli/attend_command.h"
 #include "client/cli/bench_command.h"
 #include "client/cli/ghz_data.h"
@@ -162,6 +163,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   bench->add_option("--streams", bench_options.streams, "number of streams with --stream")
       ->capture_default_str();
   bench->add_flag("--json", bench_options.json, "print one JSON object instead of text");
+  std::string bench_protocol = "v1";
+  bench
+      ->add_option("--protocol", bench_protocol,
+                   "v1: attnserve.v1 Attend; oip: the Open Inference Protocol's ModelInfer "
+                   "(unary only, raw FP32 input)")
+      ->check(CLI::IsMember({"v1", "oip"}))
+      ->capture_default_str();
 
   GhzDataOptions ghz_options;
   std::string ghz_shape;
@@ -210,7 +218,15 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   bench_options.causal = bench_mask == "causal";
   bench_options.arrival = bench_arrival == "fixed" ? Arrival::kFixed : Arrival::kPoisson;
   bench_options.progress = !global.quiet;
-  return Report(BenchCommand(**client, bench_options, out, err), err);
+  bench_options.protocol = bench_protocol == "oip" ? Protocol::kOip : Protocol::kV1;
+  std::unique_ptr<client::InferClient> infer;
+  if (bench_options.protocol == Protocol::kOip) {
+    absl::StatusOr<std::unique_ptr<client::InferClient>> created =
+        client::InferClient::Create(global.target, client_options);
+    if (!created.ok()) return Report(created.status(), err);
+    infer = *std::move(created);
+  }
+  return Report(BenchCommand(**client, infer.get(), bench_options, out, err), err);
 }
 
 }  // namespace attnserve::cli

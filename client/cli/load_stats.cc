@@ -55,20 +55,27 @@ void LoadRecorder::Start() {
   start_cpu_s_ = ProcessCpuSeconds();
 }
 
-void LoadRecorder::RecordOk(double latency_ms, int64_t batch_sequences, int64_t batch_tokens,
-                            int64_t queue_us, int64_t compute_us, int64_t tokens) {
+void LoadRecorder::RecordOk(double latency_ms, const AnswerTiming& timing, int64_t tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   latencies_ms_.push_back(latency_ms);
   sum_tokens_ += static_cast<double>(tokens >= 0 ? tokens : tokens_per_request_);
-  sum_batch_sequences_ += static_cast<double>(batch_sequences);
-  sum_batch_tokens_ += static_cast<double>(batch_tokens);
-  sum_queue_us_ += static_cast<double>(queue_us);
-  sum_compute_us_ += static_cast<double>(compute_us);
-  if (batch_sequences > 0) {
-    const double share =
-        static_cast<double>(sequences_per_request_) / static_cast<double>(batch_sequences);
-    batches_ += share;
-    sum_batch_compute_us_ += share * static_cast<double>(compute_us);
+  auto add = [](const std::optional<int64_t>& value, double& sum, int64_t& count) {
+    if (!value.has_value()) return;
+    sum += static_cast<double>(*value);
+    ++count;
+  };
+  add(timing.batch_sequences, sum_batch_sequences_, with_batch_sequences_);
+  add(timing.batch_tokens, sum_batch_tokens_, with_batch_tokens_);
+  add(timing.queue_us, sum_queue_us_, with_queue_us_);
+  add(timing.compute_us, sum_compute_us_, with_compute_us_);
+  if (timing.batch_sequences.has_value() && timing.compute_us.has_value()) {
+    ++with_batch_compute_;
+    if (*timing.batch_sequences > 0) {
+      const double share = static_cast<double>(sequences_per_request_) /
+                           static_cast<double>(*timing.batch_sequences);
+      batches_ += share;
+      sum_batch_compute_us_ += share * static_cast<double>(*timing.compute_us);
+    }
   }
 }
 
@@ -98,16 +105,22 @@ LoadSummary LoadRecorder::Finish() {
   summary.max_ms = sorted.back();
   const double n = static_cast<double>(summary.ok);
   summary.mean_ms = std::accumulate(sorted.begin(), sorted.end(), 0.0) / n;
-  summary.mean_batch_sequences = sum_batch_sequences_ / n;
-  summary.mean_batch_tokens = sum_batch_tokens_ / n;
-  summary.mean_queue_us = sum_queue_us_ / n;
-  summary.mean_compute_us = sum_compute_us_ / n;
-  summary.batches = batches_;
-  if (batches_ > 0) {
-    summary.batch_mean_sequences = n * static_cast<double>(sequences_per_request_) / batches_;
+  // A figure only when every OK answer carried what it is made of.
+  auto mean = [&summary](double sum, int64_t count) -> std::optional<double> {
+    if (count != summary.ok) return std::nullopt;
+    return sum / static_cast<double>(count);
+  };
+  summary.mean_batch_sequences = mean(sum_batch_sequences_, with_batch_sequences_);
+  summary.mean_batch_tokens = mean(sum_batch_tokens_, with_batch_tokens_);
+  summary.mean_queue_us = mean(sum_queue_us_, with_queue_us_);
+  summary.mean_compute_us = mean(sum_compute_us_, with_compute_us_);
+  if (with_batch_compute_ == summary.ok) {
+    summary.batches = batches_;
+    summary.batch_mean_sequences =
+        batches_ > 0 ? n * static_cast<double>(sequences_per_request_) / batches_ : 0.0;
+    summary.compute_busy =
+        summary.elapsed_s > 0 ? sum_batch_compute_us_ * 1e-6 / summary.elapsed_s : 0.0;
   }
-  if (summary.elapsed_s > 0)
-    summary.compute_busy = sum_batch_compute_us_ * 1e-6 / summary.elapsed_s;
   return summary;
 }
 

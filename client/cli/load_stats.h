@@ -54,6 +54,15 @@ class LoadWorkGroup {
   int active_ = 0;
 };
 
+// The server's account of one answer (its batch). A field the protocol's answer does not carry
+// is empty: the Open Inference Protocol's ModelInfer answer has no batch_tokens.
+struct AnswerTiming {
+  std::optional<int64_t> batch_sequences = {};
+  std::optional<int64_t> batch_tokens = {};
+  std::optional<int64_t> queue_us = {};
+  std::optional<int64_t> compute_us = {};
+};
+
 // The summary of one measured phase.
 struct LoadSummary {
   int64_t ok = 0;
@@ -63,16 +72,19 @@ struct LoadSummary {
   double tokens_per_s = 0;
   // Client-side latency of the OK requests, ms (nearest-rank percentiles).
   double p50_ms = 0, p90_ms = 0, p99_ms = 0, p999_ms = 0, max_ms = 0, mean_ms = 0;
-  // Means over the OK answers' Timing (request-weighted: a batch of b sequences is counted b
+  // The server-side figures below are empty (absent, not 0) unless every OK answer carried the
+  // AnswerTiming fields they are made of.
+  // Means over the OK answers' timing (request-weighted: a batch of b sequences is counted b
   // times when every request carries one sequence).
-  double mean_batch_sequences = 0, mean_batch_tokens = 0, mean_queue_us = 0, mean_compute_us = 0;
-  // Per batch, reconstructed from the answers: a batch of b sequences answers b/B requests that
-  // each report b, so Σ B/b over the answers counts batches. Exact when every request has the
-  // same B and all of a batch's requests are measured.
-  double batches = 0;
-  double batch_mean_sequences = 0;  // Sequences per batch, averaged over batches.
-  double compute_busy = 0;          // Σ per-batch compute_us / elapsed: the share of wall time
-                                    // the server spent in Forward for these answers.
+  std::optional<double> mean_batch_sequences, mean_batch_tokens, mean_queue_us, mean_compute_us;
+  // Per batch, reconstructed from the answers (batch_sequences): a batch of b sequences answers
+  // b/B requests that each report b, so Σ B/b over the answers counts batches. Exact when every
+  // request has the same B and all of a batch's requests are measured.
+  std::optional<double> batches;
+  std::optional<double> batch_mean_sequences;  // Sequences per batch, averaged over batches.
+  // Σ per-batch compute_us / elapsed (batch_sequences and compute_us): the share of wall time the
+  // server spent in Forward for these answers.
+  std::optional<double> compute_busy;
   // This process's CPU time (user + system) during the phase, seconds.
   double client_cpu_s = 0;
 };
@@ -86,8 +98,7 @@ class LoadRecorder {
   // Marks the beginning of the measured phase (wall clock and CPU time).
   void Start();
   // `tokens`: the query tokens this request carried, when lengths vary (-1 = tokens_per_request).
-  void RecordOk(double latency_ms, int64_t batch_sequences, int64_t batch_tokens, int64_t queue_us,
-                int64_t compute_us, int64_t tokens = -1);
+  void RecordOk(double latency_ms, const AnswerTiming& timing, int64_t tokens = -1);
   // `code`: a grpc::StatusCode number.
   void RecordError(int code);
   // Marks the end (call after every answer is in) and summarises.
@@ -101,6 +112,10 @@ class LoadRecorder {
   std::map<std::string, int64_t> errors_;
   double sum_batch_sequences_ = 0, sum_batch_tokens_ = 0, sum_queue_us_ = 0, sum_compute_us_ = 0;
   double batches_ = 0, sum_batch_compute_us_ = 0;
+  // OK answers that carried each AnswerTiming field (batch_sequences and compute_us together for
+  // the last).
+  int64_t with_batch_sequences_ = 0, with_batch_tokens_ = 0, with_queue_us_ = 0,
+          with_compute_us_ = 0, with_batch_compute_ = 0;
   double sum_tokens_ = 0;  // Query tokens of the OK requests.
   LoadClock::time_point start_;
   double start_cpu_s_ = 0;

@@ -101,7 +101,8 @@ std::string ServiceConfigJson(const ClientOptions& options) {
   if (options.max_attempts > 1) {
     absl::StrAppend(&config,
                     ", \"methodConfig\": [{\"name\": [{\"service\": "
-                    "\"attnserve.v1.AttentionService\"}, {\"service\": \"grpc.health.v1.Health\"}],"
+                    "\"attnserve.v1.AttentionService\"}, {\"service\": \"grpc.health.v1.Health\"}, "
+                    "{\"service\": \"inference.GRPCInferenceService\"}],"
                     " \"retryPolicy\": {\"maxAttempts\": ",
                     options.max_attempts, ", \"initialBackoff\": \"",
                     ConfigSeconds(options.initial_backoff), "\", \"maxBackoff\": \"",

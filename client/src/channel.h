@@ -18,7 +18,8 @@ namespace attnserve::client::internal {
 absl::Status ValidateOptions(const std::string& target, const ClientOptions& options);
 
 // The service config (JSON) for `options`: the load-balancing policy, and a retry policy for
-// UNAVAILABLE and RESOURCE_EXHAUSTED on every method of the service and on health checks.
+// UNAVAILABLE and RESOURCE_EXHAUSTED on every method of attnserve.v1, of the Open Inference
+// Protocol's service (InferClient) and of health checks.
 std::string ServiceConfigJson(const ClientOptions& options);
 
 // Plaintext credentials when options.tls_ca_path is empty, else TLS (with this client's certificate

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Closed-loop load from Python against a running attnserve: the attnserve package's Client
 (attnserve.v1 Attend) or the Open Inference Protocol's ModelInfer (stubs generated from
-proto/inference at start), same inputs, bounded in time. Prints requests/s and latency
-percentiles (ms). For comparing the protocols, and the Python client against attnserve-cli bench.
+proto/inference at start), same inputs, bounded in time or in requests. Prints requests/s and
+latency percentiles and mean (ms), or one JSON object with --json. For comparing the protocols,
+and the Python client against attnserve-cli bench (tests/benchmarks/run_oip_bench.sh).
 
   PYTHONPATH=<pip --target folder> python_client_bench.py --target 127.0.0.1:PORT \
-      --mode {client,infer} --seq-len 128 --concurrency 1 --duration 10
+      --mode {client,infer} --seq-len 128 --concurrency 1 {--duration 10 | --requests 2000}
 """
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -53,18 +55,31 @@ def main():
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--duration", type=float, default=10.0,
+                        help="seconds (ignored with --requests)")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="stop after this many requests in all (0 = run --duration)")
+    parser.add_argument("--warmup-requests", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     call = infer_caller(args) if args.mode == "infer" else client_caller(args)
     x = np.random.default_rng(1).standard_normal((args.seq_len, args.d_model)).astype("<f4")
-    for _ in range(20):  # warm-up
+    for _ in range(args.warmup_requests):
         call(x)
     latencies, lock = [], threading.Lock()
-    end = time.monotonic() + args.duration
+    end = time.monotonic() + (args.duration if args.requests == 0 else 1e9)
+    budget = [args.requests]
+
+    def take():
+        if args.requests == 0:
+            return time.monotonic() < end
+        with lock:
+            budget[0] -= 1
+            return budget[0] >= 0
 
     def worker():
         mine = []
-        while time.monotonic() < end:
+        while take():
             start = time.perf_counter()
             call(x)
             mine.append(time.perf_counter() - start)
@@ -72,16 +87,27 @@ def main():
             latencies.extend(mine)
 
     threads = [threading.Thread(target=worker) for _ in range(args.concurrency)]
-    began = time.monotonic()
+    began, began_cpu = time.monotonic(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic() - began
+    elapsed, cpu_s = time.monotonic() - began, time.process_time() - began_cpu
     ms = np.array(latencies) * 1e3
+    report = {"mode": args.mode, "seq_len": args.seq_len, "concurrency": args.concurrency,
+              "requests": len(ms), "requests_per_s": len(ms) / elapsed,
+              "latency_ms": {"p50": float(np.percentile(ms, 50)),
+                             "p90": float(np.percentile(ms, 90)),
+                             "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean())},
+              "client_cpu_s": cpu_s}
+    if args.json:
+        print(json.dumps(report))
+        return
+    lat = report["latency_ms"]
     print(f"mode={args.mode} T={args.seq_len} c={args.concurrency} requests={len(ms)} "
-          f"rps={len(ms) / elapsed:.1f} p50={np.percentile(ms, 50):.3f} "
-          f"p90={np.percentile(ms, 90):.3f} p99={np.percentile(ms, 99):.3f}")
+          f"rps={report['requests_per_s']:.1f} p50={lat['p50']:.3f} p90={lat['p90']:.3f} "
+          f"p99={lat['p99']:.3f} mean={lat['mean']:.3f} "
+          f"client_cpu_us_per_request={1e6 * cpu_s / len(ms):.0f}")
 
 
 if __name__ == "__main__":

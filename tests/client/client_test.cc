@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "attnserve/client/infer_client.h"
 #include "core/util/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -208,6 +209,48 @@ TEST(ClientOptionsTest, BadOptionsAreRefusedNamingTheOption) {
   refused({.max_message_bytes = 10}, "max_message_bytes");
   refused({.load_balancing_policy = "random"}, "load_balancing_policy");
   EXPECT_EQ(ac::Client::Create("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// InferClient: the Open Inference Protocol's ModelInfer through the same server and channel
+// settings; the answer equals Attend's bit for bit, its timing parameters come through, and a
+// bad request keeps the server's code and message.
+TEST_F(ClientTest, InferClientModelInferEqualsAttend) {
+  StartWith();
+  absl::StatusOr<std::unique_ptr<ac::InferClient>> infer =
+      ac::InferClient::Create(absl::StrCat("127.0.0.1:", server().port()));
+  ASSERT_TRUE(infer.ok()) << infer.status();
+  const std::vector<float> input = TestValues(5 * kSmallWidth, 4);
+  absl::StatusOr<ac::AttendResult> attended =
+      client().Attend(kSmallModel, {input, {5, kSmallWidth}}, {.mask = ac::Mask::kCausal});
+  ASSERT_TRUE(attended.ok()) << attended.status();
+  absl::StatusOr<ac::InferResult> inferred = (*infer)->Infer(
+      kSmallModel, {input, {5, kSmallWidth}}, {.mask = ac::Mask::kCausal, .id = "i1"});
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->output.shape, (std::vector<int64_t>{5, kSmallWidth}));
+  EXPECT_EQ(inferred->output.data, attended->output.data);
+  EXPECT_EQ(inferred->model, kSmallModel);
+  EXPECT_EQ(inferred->model_version, "1");
+  EXPECT_EQ(inferred->id, "i1");
+  ASSERT_TRUE(inferred->timing.batch_sequences.has_value());
+  EXPECT_GE(*inferred->timing.batch_sequences, 1);
+  EXPECT_TRUE(inferred->timing.queue_us.has_value());
+  EXPECT_TRUE(inferred->timing.compute_us.has_value());
+  EXPECT_GT(inferred->latency.count(), 0);
+
+  Notification called;
+  absl::StatusOr<ac::InferResult> wrong_width;
+  (*infer)->InferAsync(kSmallModel, {input, {5 * kSmallWidth / 2, 2}}, {},
+                       [&](absl::StatusOr<ac::InferResult> result) {
+                         wrong_width = std::move(result);
+                         called.Notify();
+                       });
+  ASSERT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(wrong_width.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong_width.status().message(), HasSubstr("input"));
+
+  absl::StatusOr<ac::InferResult> short_data =
+      (*infer)->Infer(kSmallModel, {input, {6, kSmallWidth}});
+  EXPECT_EQ(short_data.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -47,12 +47,15 @@ def _model_info(info):
                      info.version, info.is_default, info.max_sequence_length)
 
 
-def _tensor(array, name):
+def _fill_tensor(tensor, array, name):
+    """Writes `array` into the request's pb.Tensor field `tensor` in place (a CopyFrom of a
+    separate message would copy the raw bytes once more)."""
     array = np.asarray(array)
     if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
         raise TypeError(f"{name}: expected a numeric array, got dtype {array.dtype}")
     array = np.ascontiguousarray(array, dtype="<f4")
-    return pb.Tensor(shape=list(array.shape), raw=array.tobytes())
+    tensor.shape.extend(array.shape)
+    tensor.raw = array.tobytes()
 
 
 def _pad(sequences, name):
@@ -86,16 +89,16 @@ def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weigh
         x, lengths = _pad(x, "x")
         if isinstance(memory, (list, tuple)):
             memory, memory_lengths = _pad(memory, "memory")
-    request.input.CopyFrom(_tensor(x, "x"))
+    _fill_tensor(request.input, x, "x")
     if memory is not None:
-        request.memory.CopyFrom(_tensor(memory, "memory"))
+        _fill_tensor(request.memory, memory, "memory")
     if lengths is not None:
         request.lengths.extend(int(n) for n in lengths)
     if memory_lengths is not None:
         request.memory_lengths.extend(int(n) for n in memory_lengths)
     if attn_mask is not None:
         # attnserve's convention: non-zero / True = may attend, 0 / False = blocked.
-        request.attn_mask.CopyFrom(_tensor(np.asarray(attn_mask) != 0, "attn_mask"))
+        _fill_tensor(request.attn_mask, np.asarray(attn_mask) != 0, "attn_mask")
     if head_mask is not None:
         request.head_mask.extend(bool(h) for h in head_mask)
     return _Call(request, lengths if listed else None)

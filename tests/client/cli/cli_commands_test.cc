@@ -246,6 +246,53 @@ TEST_F(CliCommandsTest, BenchWarmupRequestsAreSentButNotCounted) {
   }
 }
 
+// --protocol oip: the same load as ModelInfer calls, counted under the server's ModelInfer method;
+// batch_tokens, which the protocol's answer does not carry, is reported absent (null), not 0.
+TEST_F(CliCommandsTest, BenchOverModelInfer) {
+  const double before = OkRequestsOnServer(server().metrics_port(), "ModelInfer");
+  const CliRun run =
+      Run({"bench", "--model", "small", "--protocol", "oip", "--requests", "60", "--concurrency",
+           "4", "--seq-len", "1:32", "--warmup-requests", "5", "--json", "-q"});
+  ASSERT_EQ(run.code, 0) << run.err << run.out;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["protocol"], "oip");
+  EXPECT_EQ(report["requests"], 60);
+  EXPECT_EQ(report["ok"], 60);
+  EXPECT_TRUE(report["errors"].empty());
+  EXPECT_EQ(OkRequestsOnServer(server().metrics_port(), "ModelInfer") - before, 65);
+  const nlohmann::json& server_figures = report["server"];
+  EXPECT_TRUE(server_figures["mean_batch_tokens"].is_null());
+  EXPECT_GE(server_figures["mean_batch_sequences"].get<double>(), 1);
+  EXPECT_GT(server_figures["mean_compute_us"].get<double>(), 0);
+  EXPECT_GT(server_figures["batches"].get<double>(), 0);
+
+  const CliRun text = Run({"bench", "--model", "small", "--protocol", "oip", "--requests", "10",
+                           "--rate", "200", "-q"});
+  ASSERT_EQ(text.code, 0) << text.err << text.out;
+  EXPECT_THAT(text.out, HasSubstr("ModelInfer unary, open loop"));
+  EXPECT_THAT(text.out, HasSubstr("n/a tokens"));
+  EXPECT_THAT(text.out, HasSubstr("10 (10 ok, 0 errors)"));
+
+  // attnserve.v1 stays the default, with every figure present.
+  const CliRun v1 = Run({"bench", "--model", "small", "--requests", "5", "--json", "-q"});
+  ASSERT_EQ(v1.code, 0) << v1.err << v1.out;
+  const nlohmann::json v1_report = nlohmann::json::parse(v1.out);
+  EXPECT_EQ(v1_report["protocol"], "v1");
+  EXPECT_GT(v1_report["server"]["mean_batch_tokens"].get<double>(), 0);
+}
+
+TEST_F(CliCommandsTest, BenchProtocolFlagIsCheckedAndRefusesStreams) {
+  const CliRun unknown = Run({"bench", "--model", "small", "--protocol", "kserve", "-q"});
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("--protocol"));
+  const CliRun stream =
+      Run({"bench", "--model", "small", "--protocol", "oip", "--stream", "--requests", "5", "-q"});
+  EXPECT_EQ(stream.code, 1);
+  EXPECT_THAT(stream.err, HasSubstr("--stream"));
+  EXPECT_THAT(stream.err, HasSubstr("--protocol oip"));
+  EXPECT_EQ(stream.out, "");
+}
+
 TEST_F(CliCommandsTest, BenchReportsBatchesComputeBusyAndClientCpu) {
   // Concurrency 1 against a server that releases a batch at once: every batch is one request.
   const CliRun run =

@@ -1,0 +1,144 @@
+// attnserve_conversion_bench: what the server's conversion costs per request for each wire
+// protocol, wire bytes included, on the demo model (d_model 512) with raw FP32 contents:
+//   *Request:  request bytes -> protobuf message -> AttendWork (ParseAttendRequest for
+//              attnserve.v1 Attend; ParseModelInferRequest for the Open Inference Protocol)
+//   *Response: AttendResult -> response message -> response bytes
+// ModelInfer's cost beyond Attend's, measured apart from the load generator, gRPC and a busy
+// machine (issue 20's throughput target). Arguments: T (query rows).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnserve/v1/attention.pb.h"
+#include "core/model/model.h"
+#include "inference/grpc_predict_v2.pb.h"
+#include "server/conversion/attnserve_v1/conversion.h"
+#include "server/conversion/oip/oip_conversion.h"
+
+namespace attnserve {
+namespace {
+
+std::shared_ptr<const model::Model> Demo() {
+  absl::StatusOr<std::shared_ptr<const model::Model>> demo = model::DemoModel();
+  if (!demo.ok()) {
+    std::cerr << demo.status() << "\n";
+    std::abort();
+  }
+  return *demo;
+}
+
+const server::ModelLimits kLimits{};
+
+std::string InputBytes(int64_t rows) {
+  std::vector<float> values(static_cast<size_t>(rows * 512));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 97) * 0.01f;
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+std::string V1RequestBytes(int64_t rows) {
+  v1::AttendRequest request;
+  request.set_model("demo");
+  request.set_raw_output(true);
+  request.mutable_input()->add_shape(rows);
+  request.mutable_input()->add_shape(512);
+  request.mutable_input()->set_raw(InputBytes(rows));
+  return request.SerializeAsString();
+}
+
+std::string OipRequestBytes(int64_t rows) {
+  inference::ModelInferRequest request;
+  request.set_model_name("demo");
+  auto* input = request.add_inputs();
+  input->set_name("input");
+  input->set_datatype("FP32");
+  input->add_shape(rows);
+  input->add_shape(512);
+  request.add_raw_input_contents(InputBytes(rows));
+  return request.SerializeAsString();
+}
+
+void Check(const absl::Status& status, benchmark::State& state) {
+  if (!status.ok()) state.SkipWithError(status.ToString().c_str());
+}
+
+void BM_V1Request(benchmark::State& state) {
+  const std::shared_ptr<const model::Model> model = Demo();
+  const std::string bytes = V1RequestBytes(state.range(0));
+  for (auto _ : state) {
+    v1::AttendRequest request;
+    request.ParseFromString(bytes);
+    absl::StatusOr<server::AttendWork> work = server::ParseAttendRequest(request, model, kLimits);
+    Check(work.status(), state);
+    benchmark::DoNotOptimize(work);
+  }
+}
+
+void BM_OipRequest(benchmark::State& state) {
+  const std::shared_ptr<const model::Model> model = Demo();
+  const std::string bytes = OipRequestBytes(state.range(0));
+  for (auto _ : state) {
+    inference::ModelInferRequest request;
+    request.ParseFromString(bytes);
+    server::oip::InferAnswer answer;
+    absl::StatusOr<server::AttendWork> work =
+        server::oip::ParseModelInferRequest(&request, model, kLimits, &answer);
+    Check(work.status(), state);
+    benchmark::DoNotOptimize(work);
+  }
+}
+
+// The work and an answer of the right size for `rows`, as the batcher would hand them back.
+struct Answered {
+  server::AttendWork work;
+  server::oip::InferAnswer answer;
+  std::vector<float> output;
+  server::AttendResult result;
+};
+
+Answered Answer(int64_t rows) {
+  inference::ModelInferRequest request;
+  request.ParseFromString(OipRequestBytes(rows));
+  Answered answered;
+  absl::StatusOr<server::AttendWork> work =
+      server::oip::ParseModelInferRequest(&request, Demo(), kLimits, &answered.answer);
+  if (!work.ok()) std::abort();
+  answered.work = *std::move(work);
+  answered.output.assign(static_cast<size_t>(rows * 512), 0.5f);
+  answered.result.output = answered.output;
+  answered.result.timing = {.queue_us = 10, .compute_us = 3000, .batch_sequences = 1};
+  return answered;
+}
+
+void BM_V1Response(benchmark::State& state) {
+  const Answered answered = Answer(state.range(0));
+  for (auto _ : state) {
+    v1::AttendResponse response;
+    Check(server::FillAttendResponse(answered.work, answered.result, &response), state);
+    benchmark::DoNotOptimize(response.SerializeAsString());
+  }
+}
+
+void BM_OipResponse(benchmark::State& state) {
+  const Answered answered = Answer(state.range(0));
+  for (auto _ : state) {
+    inference::ModelInferResponse response;
+    Check(server::oip::FillModelInferResponse(answered.work, answered.result, answered.answer,
+                                              &response),
+          state);
+    benchmark::DoNotOptimize(response.SerializeAsString());
+  }
+}
+
+BENCHMARK(BM_V1Request)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_OipRequest)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_V1Response)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_OipResponse)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace attnserve
+
+BENCHMARK_MAIN();
