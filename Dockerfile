@@ -1,14 +1,15 @@
 # attnserve: a multi-head attention inference server, as a container image.
 #
-#   docker build -t attnserve .
-#   docker run -p 50051:50051 -p 8002:8002 attnserve                  # serves the embedded demo model
+#   docker build --network host -t attnserve .
+#   docker run -d --name attnserve -p 50051:50051 -p 8002:8002 \
+#       --read-only --cap-drop all --security-opt no-new-privileges attnserve   # the demo model
 #   docker run -v $PWD/models:/models:ro -p 50051:50051 attnserve --max-queue-delay-us 500
 #
 # Flags go after the image name (they are attnserve's, see `docker run attnserve --help`), or as
 # ATTNSERVE_* environment variables. A model repository mounted at /models is served (and
 # re-scanned every 5 s); without one, the embedded demo model is. Give `docker stop` more time than
 # the drain may take (`docker stop -t 40`; the server's --shutdown-grace-s is 30 s).
-# deploy/container-test.sh builds and tests this image with podman (see docs/DEPLOY.md).
+# deploy/container-test.sh builds and tests this image with Docker, then podman (docs/DEPLOY.md).
 
 # --- Build: the project's own install script, then only the two binaries. ---
 FROM debian:bookworm AS build

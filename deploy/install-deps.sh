@@ -3,8 +3,9 @@
 #   dev (default)  everything: building, every test, benchmarks and tools (deploy/build.sh, test.sh)
 #   build          only what compiling the server and attnserve-cli needs (the Dockerfile's build
 #                  stage: no test frameworks, no PyTorch)
-#   container      podman and what deploy/container-test.sh needs to build and run the image
-#                  without a Docker engine, and deploy/k8s-play-test.sh to play the pod spec
+#   container      Docker (Debian's docker.io), podman and what deploy/container-test.sh needs to
+#                  build the image and run it with both engines, and deploy/k8s-play-test.sh to
+#                  play the pod spec
 # Idempotent and non-interactive: packages already present are left as they are.
 # Usage: deploy/install-deps.sh [dev|build|container]...   (as root, or as a user with sudo, when
 # anything is missing; with everything installed any user may run it)
@@ -49,14 +50,17 @@ dev_packages=(
   clang libclang-rt-14-dev libomp-14-dev
 )
 container_packages=(
-  # podman builds and runs the image; runc, because crun fails on hosts with hybrid cgroups;
-  # debootstrap makes the Debian base image locally (no registry is reachable); iproute2 gives the
-  # test its own network namespace.
+  # podman runs the image as a second engine; runc, because crun fails on hosts with hybrid
+  # cgroups; debootstrap makes the Debian base image locally (no registry is reachable); iproute2
+  # links the test's containers with a veth pair.
   podman runc debootstrap iproute2 python3
   # catatonit: podman builds a pod's infra (pause) image from it locally, for `podman kube play`
   # of the Kubernetes pod spec (deploy/k8s-play-test.sh); python3-yaml renders that spec.
   catatonit python3-yaml
 )
+# Docker builds and runs the image: Debian's docker.io (dockerd, containerd, the client), unless a
+# Docker engine is installed already (Docker's own docker-ce packages conflict with docker.io).
+command -v dockerd >/dev/null || container_packages+=(docker.io)
 
 packages=()
 for profile in "${@:-dev}"; do
