@@ -6,15 +6,14 @@
 #include <cstring>
 #include <new>
 #include <type_traits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention_tile.h"
 #include "core/bf16_conversion.h"
 #include "core/finite_values.h"
+#include "core/masked_softmax.h"
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
-#include "core/score_masking.h"
 #include "core/util/aligned_buffer.h"
 
 namespace attnserve::core {
@@ -103,9 +102,8 @@ struct AttentionExecutor::Impl {
                            std::span<float> weights);
   absl::Status AttendTile(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
                           const TilePlace& tile, std::span<float> weights);
-  bool MaskTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
-                float* scores);
-  void ZeroBlockedRows(const TileGeometry& g, void* probabilities) const;
+  void SoftmaxTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
+                   float* scores, void* probabilities) const;
   void ZeroDisabledHeads(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
                          const TilePlace& tile) const;
   void CopyWeights(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
@@ -117,15 +115,14 @@ struct AttentionExecutor::Impl {
   dnnl::stream stream;
   ProjectionRunner projections;
   AttentionTileCache tiles;
-  AlignedBuffer scratchpad;           // oneDNN's per-primitive scratch, shared by all steps.
-  AlignedBuffer projected;            // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
-  AlignedBuffer projected_memory;     // [M, 2d] cross-attention K|V.
-  AlignedBuffer context;              // [N, d] merged heads before W_O.
-  AlignedBuffer scores;               // One score tile.
-  AlignedBuffer probabilities;        // bf16 compute: the tile's bf16 softmax output.
-  AlignedBuffer rounded_query;        // bf16 compute: the query rows rounded to bf16.
-  AlignedBuffer rounded_memory;       // bf16 compute: the memory rows rounded to bf16.
-  std::vector<uint8_t> blocked_rows;  // Per tile row: all keys blocked.
+  AlignedBuffer scratchpad;        // oneDNN's per-primitive scratch, shared by all steps.
+  AlignedBuffer projected;         // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
+  AlignedBuffer projected_memory;  // [M, 2d] cross-attention K|V.
+  AlignedBuffer context;           // [N, d] merged heads before W_O.
+  AlignedBuffer scores;            // One score tile.
+  AlignedBuffer probabilities;     // bf16 compute: the tile's bf16 softmax output.
+  AlignedBuffer rounded_query;     // bf16 compute: the query rows rounded to bf16.
+  AlignedBuffer rounded_memory;    // bf16 compute: the memory rows rounded to bf16.
 };
 
 AttentionExecutor::AttentionExecutor(const ExecutorOptions& options)
@@ -315,9 +312,7 @@ absl::Status AttentionExecutor::Impl::AttendTile(const AttentionInputs& in, cons
       g.bf16 ? probabilities.Reserve((g.score_elements() + 1) / 2) : tile_scores;
   p.Scores(stream, Advance(op.q, q_row * op.q_ld, op.bf16),
            Advance(op.k, kv_row * op.kv_ld, op.bf16), tile_scores, scratchpad.data());
-  const bool any_blocked = MaskTile(in, group, tile, tile_scores);
-  p.Softmax(stream, tile_scores, tile_probabilities, scratchpad.data());
-  if (any_blocked) ZeroBlockedRows(g, tile_probabilities);
+  SoftmaxTile(in, group, tile, tile_scores, tile_probabilities);
   p.Values(stream, tile_probabilities, Advance(op.v, kv_row * op.kv_ld, op.bf16),
            Advance(op.context, q_row * op.context_ld, op.context_bf16), scratchpad.data());
   if (!in.head_mask.empty()) ZeroDisabledHeads(in, op, group, tile);
@@ -325,48 +320,29 @@ absl::Status AttentionExecutor::Impl::AttendTile(const AttentionInputs& in, cons
   return absl::OkStatus();
 }
 
-// Writes -∞ over blocked scores and records rows with no visible key. Returns whether any row
-// is fully blocked (its softmax is NaN until ZeroBlockedRows).
-bool AttentionExecutor::Impl::MaskTile(const AttentionInputs& in, const SequenceGroup& group,
-                                       const TilePlace& tile, float* tile_scores) {
+// Masks and softmaxes every score row of the tile in one pass per row (MaskedSoftmaxRow), the
+// rows split over the OpenMP team that runs oneDNN's primitives. Blocked keys and rows with no
+// visible key come out as exact zeros.
+void AttentionExecutor::Impl::SoftmaxTile(const AttentionInputs& in, const SequenceGroup& group,
+                                          const TilePlace& tile, float* tile_scores,
+                                          void* tile_probabilities) const {
   const TileGeometry& g = tile.geometry;
-  const bool has_explicit = !in.mask.explicit_mask.empty();
-  if (!has_explicit && !in.mask.causal) return false;
-  blocked_rows.assign(g.batch * g.rows, 0);
-  bool any_blocked = false;
-  for (int64_t b = 0; b < g.batch; ++b) {
-    const int64_t sequence_scores = group.score_offset + (tile.batch_begin + b) * group.t * group.s;
-    for (int64_t i = 0; i < g.rows; ++i) {
-      const int64_t query = tile.row_begin + i;
-      const int64_t limit = in.mask.causal ? query + 1 : g.keys;
-      if (!has_explicit && limit >= g.keys) continue;
-      const uint8_t* explicit_row =
-          has_explicit ? in.mask.explicit_mask.data() + sequence_scores + query * group.s : nullptr;
-      for (int64_t head = 0; head < g.heads; ++head) {
-        float* row = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
-        if (MaskScoreRow(row, g.keys, limit, explicit_row) == 0) {
-          blocked_rows[b * g.rows + i] = 1;
-          any_blocked = true;
-        }
-      }
+  const uint8_t* explicit_mask =
+      in.mask.explicit_mask.empty() ? nullptr : in.mask.explicit_mask.data();
+  const bool causal = in.mask.causal;
+  uint16_t* bf16_out = g.bf16 ? static_cast<uint16_t*>(tile_probabilities) : nullptr;
+  const int64_t total_rows = g.batch * g.heads * g.rows;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < total_rows; ++r) {
+    const int64_t i = r % g.rows, b = r / (g.heads * g.rows);
+    const int64_t query = tile.row_begin + i;
+    RowMask mask{.visible_limit = causal ? query + 1 : g.keys};
+    if (explicit_mask != nullptr) {
+      mask.explicit_row = explicit_mask + group.score_offset +
+                          (tile.batch_begin + b) * group.t * group.s + query * group.s;
     }
-  }
-  return any_blocked;
-}
-
-// All-zero bytes are +0 in both f32 and bf16.
-void AttentionExecutor::Impl::ZeroBlockedRows(const TileGeometry& g,
-                                              void* tile_probabilities) const {
-  const size_t row_bytes = g.keys * (g.bf16 ? 2 : 4);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t i = 0; i < g.rows; ++i) {
-      if (!blocked_rows[b * g.rows + i]) continue;
-      for (int64_t head = 0; head < g.heads; ++head) {
-        void* row =
-            Advance(tile_probabilities, ((b * g.heads + head) * g.rows + i) * g.keys, g.bf16);
-        std::memset(row, 0, row_bytes);
-      }
-    }
+    MaskedSoftmaxRow(tile_scores + r * g.keys, g.keys, mask,
+                     bf16_out == nullptr ? nullptr : bf16_out + r * g.keys);
   }
 }
 
