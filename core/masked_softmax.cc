@@ -42,28 +42,26 @@ inline uint16_t RoundBf16(float value) {
 
 }  // namespace
 
+// The reductions keep kLanes independent partial results (one AVX-512 vector) so that the
+// compiler vectorises them without -ffast-math; `#pragma omp simd reduction` did the same on paper
+// but GCC 12 kept the partial sums in memory and ran 1.7x slower than oneDNN's softmax.
+constexpr int64_t kLanes = 16;
+
 ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int64_t keys,
                                                   const RowMask& mask,
                                                   uint16_t* __restrict bf16_out) {
   const int64_t limit = std::clamp<int64_t>(mask.visible_limit, 0, keys);
+  const int64_t full = limit - limit % kLanes;  // Keys handled kLanes at a time.
   const uint8_t* explicit_row = mask.explicit_row;
   int64_t visible = limit;
-  float max_score = kBlocked;
   if (explicit_row != nullptr) {
     visible = 0;
-#pragma omp simd reduction(max : max_score) reduction(+ : visible)
     for (int64_t j = 0; j < limit; ++j) {
       const bool open = explicit_row[j] != 0;
-      const float s = open ? scores[j] : kBlocked;
-      scores[j] = s;
-      max_score = std::max(max_score, s);
+      scores[j] = open ? scores[j] : kBlocked;
       visible += open;
     }
-  } else {
-#pragma omp simd reduction(max : max_score)
-    for (int64_t j = 0; j < limit; ++j) max_score = std::max(max_score, scores[j]);
   }
-
   if (visible == 0) {  // Nothing to attend to: exact zeros, never 0/0.
     if (bf16_out != nullptr) {
       std::memset(bf16_out, 0, keys * sizeof(uint16_t));
@@ -73,20 +71,35 @@ ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int6
     return 0;
   }
 
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < limit; ++j) {
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, kBlocked);
+  for (int64_t j = 0; j < full; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lane_max[l] = std::max(lane_max[l], scores[j + l]);
+  }
+  for (int64_t j = full; j < limit; ++j) lane_max[0] = std::max(lane_max[0], scores[j]);
+  const float max_score = *std::max_element(lane_max, lane_max + kLanes);
+
+  float lane_sum[kLanes] = {};
+  for (int64_t j = 0; j < full; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float e = ExpNonPositive(scores[j + l] - max_score);
+      scores[j + l] = e;
+      lane_sum[l] += e;
+    }
+  }
+  for (int64_t j = full; j < limit; ++j) {
     const float e = ExpNonPositive(scores[j] - max_score);
     scores[j] = e;
-    sum += e;
+    lane_sum[0] += e;
   }
+  float sum = 0.0f;
+  for (float partial : lane_sum) sum += partial;
+
   const float inverse = 1.0f / sum;
   if (bf16_out != nullptr) {
-#pragma omp simd
     for (int64_t j = 0; j < limit; ++j) bf16_out[j] = RoundBf16(scores[j] * inverse);
     std::memset(bf16_out + limit, 0, (keys - limit) * sizeof(uint16_t));
   } else {
-#pragma omp simd
     for (int64_t j = 0; j < limit; ++j) scores[j] *= inverse;
     std::fill(scores + limit, scores + keys, 0.0f);
   }
