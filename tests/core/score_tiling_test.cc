@@ -1,6 +1,9 @@
 // The executor's score tiling: with a small ExecutorOptions::score_tile_bytes, long sequences are
-// attended in blocks of query rows (and short equal-length sequences several per tile). Results,
-// including the weights output, must match the reference for every mask kind.
+// attended per head in blocks of query rows (ExecutorOptions::head_tile_bytes, set small here so
+// that a head takes several blocks, shared out over the OpenMP threads), and short equal-length
+// sequences several per tile. Results, including the weights output, must match the reference
+// for every mask kind.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -36,7 +39,8 @@ void RunTilingCase(const TilingCase& c, uint64_t seed) {
     for (int64_t h = 0; h < c.config.num_heads; ++h) enabled.push_back(h % 2 == 0);
     SetHeadMask(batch, enabled);
   }
-  core::AttentionExecutor executor({.score_tile_bytes = c.tile_bytes});
+  core::AttentionExecutor executor({.score_tile_bytes = c.tile_bytes,
+                                    .head_tile_bytes = std::max<int64_t>(1, c.tile_bytes / 4)});
   ExpectMatchesReference(executor, *layer.layer, layer.weights, batch);
 
   // The tiled result agrees with an executor whose tiles hold whole sequences.
