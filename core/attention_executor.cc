@@ -1,7 +1,6 @@
 #include "core/attention_executor.h"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -48,14 +47,9 @@ dnnl::memory::data_type DataType(bool bf16) {
   return bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
-// ExecutorOptions::head_tile_bytes, with 0 resolved to half of the L2 cache.
+// ExecutorOptions::head_tile_bytes, with 0 resolved to its default.
 int64_t HeadTileBytes(const ExecutorOptions& options) {
-  if (options.head_tile_bytes > 0) return options.head_tile_bytes;
-  static const int64_t half_l2 = [] {
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // 0 or -1 where unknown.
-    return l2 > 0 ? int64_t{l2} / 2 : int64_t{512} << 10;
-  }();
-  return half_l2;
+  return options.head_tile_bytes > 0 ? options.head_tile_bytes : int64_t{2} << 20;
 }
 
 // Query rows per tile for causal sequences longer than this: small enough to skip most blocked
@@ -325,8 +319,9 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
   return absl::OkStatus();
 }
 
-// One tile per (sequence, head, block of query rows), sized so that its scores stay in the L2
-// cache from QKᵀ through the softmax to P·V (ExecutorOptions::head_tile_bytes). The tiles are
+// One tile per (sequence, head, block of query rows), its scores sized by
+// ExecutorOptions::head_tile_bytes so that they stay in the caches (L2/L3) from QKᵀ through the
+// softmax to P·V and the matmuls keep an M of a few hundred rows. The tiles are
 // split over the OpenMP team, each thread running oneDNN single-threaded (oneDNN does not nest
 // parallel regions) on its own workspace; a thread takes consecutive tiles, so mostly the same
 // head's K and V.

@@ -220,7 +220,7 @@ void RegisterTileSweep(const Case& c) {
 // sequences too long for one score tile (ExecutorOptions::head_tile_bytes) against the L2 cache.
 void RegisterHeadTileSweep(const Case& c) {
   auto lazy = std::make_shared<LazyProblem>(c);
-  for (int64_t kib : {128, 256, 512, 1024, 2048}) {
+  for (int64_t kib : {256, 512, 1024, 2048, 4096, 8192}) {
     const std::string name =
         "BM_HeadTileSize/" + ShapeName(c) + "/head_tile_kib:" + std::to_string(kib);
     benchmark::RegisterBenchmark(name.c_str(),
