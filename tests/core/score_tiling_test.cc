@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/attention_executor.h"
+#include "core/onednn_support.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 
@@ -53,6 +54,22 @@ void RunTilingCase(const TilingCase& c, uint64_t seed) {
   std::vector<double> whole_weights(whole.weights.begin(), whole.weights.end());
   EXPECT_TRUE(NearReference(tiled.output, whole_output, "tiled vs untiled output"));
   EXPECT_TRUE(NearReference(tiled.weights, whole_weights, "tiled vs untiled weights"));
+}
+
+// bf16 compute through the per-head tiles (bf16 probabilities from the fused softmax): within the
+// bf16 bounds of the reference, exact zeros where it is zero.
+TEST(ScoreTilingTest, Bf16PerHeadTilesWithinBf16Bounds) {
+  if (!core::HasBf16Kernels()) GTEST_SKIP() << "no bf16 kernels on " << core::OneDnnIsa();
+  AttentionConfig config{.d_model = 64, .num_heads = 8, .bias = true};
+  config.compute_type = core::ComputeType::kBFloat16;
+  const TestLayer layer = MakeTestLayer(config, 11);
+  ASSERT_NE(layer.layer, nullptr);
+  TestBatch batch = MakeBatch(config.d_model, {300, 517}, {}, 12);
+  batch.causal = true;
+  SetRandomMask(batch, 0.6, 13);
+  core::AttentionExecutor executor(
+      {.score_tile_bytes = kSmallTile, .head_tile_bytes = kSmallTile / 4});
+  ExpectBf16NearReference(executor, *layer.layer, layer.weights, batch);
 }
 
 TEST(ScoreTilingTest, LongSelfAttentionCausal) {
