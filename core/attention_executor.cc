@@ -12,9 +12,9 @@
 #include "core/attention_tile.h"
 #include "core/bf16_conversion.h"
 #include "core/finite_values.h"
+#include "core/masked_softmax.h"
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
-#include "core/score_masking.h"
 #include "core/util/aligned_buffer.h"
 
 namespace attnserve::core {
@@ -47,6 +47,11 @@ dnnl::memory::data_type DataType(bool bf16) {
   return bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
+// ExecutorOptions::head_tile_bytes, with 0 resolved to its default.
+int64_t HeadTileBytes(const ExecutorOptions& options) {
+  return options.head_tile_bytes > 0 ? options.head_tile_bytes : int64_t{2} << 20;
+}
+
 // Query rows per tile for causal sequences longer than this: small enough to skip most blocked
 // keys, large enough to keep the QKᵀ and P·V matmuls efficient (measured: docs/PERFORMANCE.md).
 constexpr int64_t kCausalRowBlock = 128;
@@ -59,10 +64,23 @@ struct SequenceGroup {
   int64_t score_offset;   // Σ T_i·S_i of the sequences before the group.
 };
 
-// A tile: `batch` sequences from `batch_begin` inside the group, query rows [row_begin, +rows).
+// A tile: `batch` sequences from `batch_begin` inside the group, query rows [row_begin, +rows),
+// heads [head_begin, +heads) of the model's `model_heads`.
 struct TilePlace {
-  int64_t batch_begin = 0, row_begin = 0;
+  int64_t batch_begin = 0, row_begin = 0, head_begin = 0, model_heads = 0;
   TileGeometry geometry{};
+};
+
+// What one thread needs to attend tiles: its own stream, primitives (their memory objects are
+// rebound per call, so they cannot be shared between threads) and buffers.
+struct TileWorkspace {
+  explicit TileWorkspace(size_t max_cached_shapes)
+      : stream(CpuEngine()), tiles(max_cached_shapes) {}
+  dnnl::stream stream;
+  AttentionTileCache tiles;
+  AlignedBuffer scratchpad;     // oneDNN's scratch for the tile's matmuls.
+  AlignedBuffer scores;         // One score tile.
+  AlignedBuffer probabilities;  // bf16 compute: the tile's bf16 softmax output.
 };
 
 // Sets the OpenMP team size for this thread's parallel regions (oneDNN's) for one forward pass
@@ -86,10 +104,7 @@ class OpenMpThreadsScope {
 
 struct AttentionExecutor::Impl {
   explicit Impl(const ExecutorOptions& o)
-      : options(o),
-        stream(CpuEngine()),
-        projections(o.max_cached_shapes),
-        tiles(o.max_cached_shapes) {}
+      : options(o), stream(CpuEngine()), projections(o.max_cached_shapes) {}
 
   absl::Status Forward(const AttentionLayer& layer, const AttentionInputs& in,
                        const AttentionOutputs& out);
@@ -101,11 +116,15 @@ struct AttentionExecutor::Impl {
   absl::Status AttendGroup(const AttentionConfig& config, const AttentionInputs& in,
                            const Operands& op, const SequenceGroup& group,
                            std::span<float> weights);
-  absl::Status AttendTile(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
-                          const TilePlace& tile, std::span<float> weights);
-  bool MaskTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
-                float* scores);
-  void ZeroBlockedRows(const TileGeometry& g, void* probabilities) const;
+  absl::Status AttendGroupPerHead(const AttentionConfig& config, const AttentionInputs& in,
+                                  const Operands& op, const SequenceGroup& group,
+                                  std::span<float> weights);
+  absl::Status AttendTile(TileWorkspace& ws, const AttentionInputs& in, const Operands& op,
+                          const SequenceGroup& group, const TilePlace& tile,
+                          std::span<float> weights, bool parallel);
+  void SoftmaxTile(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
+                   float* scores, void* probabilities, bool parallel) const;
+  TileWorkspace& Workspace(size_t index);
   void ZeroDisabledHeads(const AttentionInputs& in, const Operands& op, const SequenceGroup& group,
                          const TilePlace& tile) const;
   void CopyWeights(const AttentionInputs& in, const SequenceGroup& group, const TilePlace& tile,
@@ -116,16 +135,14 @@ struct AttentionExecutor::Impl {
   ExecutorOptions options;
   dnnl::stream stream;
   ProjectionRunner projections;
-  AttentionTileCache tiles;
-  AlignedBuffer scratchpad;           // oneDNN's per-primitive scratch, shared by all steps.
-  AlignedBuffer projected;            // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
-  AlignedBuffer projected_memory;     // [M, 2d] cross-attention K|V.
-  AlignedBuffer context;              // [N, d] merged heads before W_O.
-  AlignedBuffer scores;               // One score tile.
-  AlignedBuffer probabilities;        // bf16 compute: the tile's bf16 softmax output.
-  AlignedBuffer rounded_query;        // bf16 compute: the query rows rounded to bf16.
-  AlignedBuffer rounded_memory;       // bf16 compute: the memory rows rounded to bf16.
-  std::vector<uint8_t> blocked_rows;  // Per tile row: all keys blocked.
+  AlignedBuffer scratchpad;        // oneDNN's scratch for the projections.
+  AlignedBuffer projected;         // [N, 3d] self-attention Q|K|V, or [N, d] cross-attention Q.
+  AlignedBuffer projected_memory;  // [M, 2d] cross-attention K|V.
+  AlignedBuffer context;           // [N, d] merged heads before W_O.
+  AlignedBuffer rounded_query;     // bf16 compute: the query rows rounded to bf16.
+  AlignedBuffer rounded_memory;    // bf16 compute: the memory rows rounded to bf16.
+  // One per OpenMP thread that attends tiles; the first also runs the batched tiles.
+  std::vector<std::unique_ptr<TileWorkspace>> workspaces;
 };
 
 AttentionExecutor::AttentionExecutor(const ExecutorOptions& options)
@@ -262,14 +279,14 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
   const int64_t budget = std::max<int64_t>(1, options.score_tile_bytes / int64_t{sizeof(float)});
   // Whole sequences per tile while they fit the budget; otherwise blocks of query rows.
   const int64_t per_sequence = h * t * s;
-  int64_t batch_step = per_sequence <= budget ? std::min(group.count, budget / per_sequence) : 1;
-  int64_t row_step = per_sequence <= budget ? t : std::clamp<int64_t>(budget / (h * s), 1, t);
-  // Causal and long: blocks of query rows let each tile skip the keys after its last query —
-  // close to half the QKᵀ and P·V work — and mask only its diagonal block.
-  if (in.mask.causal && t > kCausalRowBlock) {
-    batch_step = 1;
-    row_step = std::min(row_step, kCausalRowBlock);
-  }
+  // Causal and long enough: blocks of query rows of one sequence let each tile skip the keys
+  // after its last query — close to half the QKᵀ and P·V work — and mask only its diagonal block.
+  const bool causal_blocks = in.mask.causal && t > kCausalRowBlock;
+  const int64_t batch_step =
+      causal_blocks ? 1 : std::min(group.count, budget / std::max<int64_t>(1, per_sequence));
+  const int64_t row_step = causal_blocks ? kCausalRowBlock : t;
+  // Longer sequences: per head and block of query rows, the blocks shared out over the threads.
+  if (per_sequence > budget) return AttendGroupPerHead(config, in, op, group, weights);
 
   for (int64_t b0 = 0; b0 < group.count; b0 += batch_step) {
     const int64_t batch = std::min(batch_step, group.count - b0);
@@ -277,7 +294,7 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
       const int64_t rows = std::min(row_step, t - r0);
       // Causal: keys past the tile's last query are blocked for every row, so skip them.
       const int64_t visible_keys = in.mask.causal ? std::min(s, r0 + rows) : s;
-      TilePlace tile{.batch_begin = b0, .row_begin = r0};
+      TilePlace tile{.batch_begin = b0, .row_begin = r0, .model_heads = h};
       tile.geometry = {.batch = batch,
                        .heads = h,
                        .rows = rows,
@@ -293,80 +310,133 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
                        .out_batch_stride = (batch > 1 ? t : rows) * op.context_ld,
                        .bf16 = op.bf16,
                        .out_bf16 = op.context_bf16};
-      if (auto st = AttendTile(in, op, group, tile, weights); !st.ok()) return st;
+      if (auto st = AttendTile(Workspace(0), in, op, group, tile, weights, /*parallel=*/true);
+          !st.ok()) {
+        return st;
+      }
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status AttentionExecutor::Impl::AttendTile(const AttentionInputs& in, const Operands& op,
-                                                 const SequenceGroup& group, const TilePlace& tile,
-                                                 std::span<float> weights) {
+// One tile per (sequence, head, block of query rows), its scores sized by
+// ExecutorOptions::head_tile_bytes so that they stay in the caches (L2/L3) from QKᵀ through the
+// softmax to P·V and the matmuls keep an M of a few hundred rows. The tiles are
+// split over the OpenMP team, each thread running oneDNN single-threaded (oneDNN does not nest
+// parallel regions) on its own workspace; a thread takes consecutive tiles, so mostly the same
+// head's K and V.
+absl::Status AttentionExecutor::Impl::AttendGroupPerHead(const AttentionConfig& config,
+                                                         const AttentionInputs& in,
+                                                         const Operands& op,
+                                                         const SequenceGroup& group,
+                                                         std::span<float> weights) {
+  const int64_t h = config.num_heads, t = group.t, s = group.s;
+  const int64_t block =
+      std::clamp<int64_t>(HeadTileBytes(options) / (s * int64_t{sizeof(float)}), 1, t);
+  const int64_t blocks = (t + block - 1) / block;
+  const int64_t units = group.count * h * blocks;
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), units));
+  for (int i = 0; i < threads; ++i) Workspace(i);
+  absl::Status status;
+#pragma omp parallel num_threads(threads)
+  {
+    TileWorkspace& ws = *workspaces[omp_get_thread_num()];
+    absl::Status local;
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u) {
+      if (!local.ok()) continue;
+      const int64_t r0 = (u % blocks) * block, rows = std::min(block, t - r0);
+      const int64_t visible_keys = in.mask.causal ? std::min(s, r0 + rows) : s;
+      TilePlace tile{.batch_begin = u / (blocks * h),
+                     .row_begin = r0,
+                     .head_begin = (u / blocks) % h,
+                     .model_heads = h};
+      tile.geometry = {.batch = 1,
+                       .heads = 1,
+                       .rows = rows,
+                       .keys = visible_keys,
+                       .head_dim = config.HeadDim(),
+                       .q_ld = op.q_ld,
+                       .kv_ld = op.kv_ld,
+                       .out_ld = op.context_ld,
+                       .q_batch_stride = rows * op.q_ld,
+                       .kv_batch_stride = visible_keys * op.kv_ld,
+                       .out_batch_stride = rows * op.context_ld,
+                       .bf16 = op.bf16,
+                       .out_bf16 = op.context_bf16};
+      // Nothing may leave an OpenMP region by exception.
+      try {
+        local = AttendTile(ws, in, op, group, tile, weights, /*parallel=*/false);
+      } catch (const dnnl::error& e) {
+        local = OneDnnError(e, "attention tile");
+      } catch (const std::bad_alloc&) {
+        local = absl::ResourceExhaustedError("attention tile: out of memory for scratch buffers");
+      }
+    }
+#pragma omp critical(attnserve_attend_status)
+    if (status.ok() && !local.ok()) status = local;
+  }
+  return status;
+}
+
+TileWorkspace& AttentionExecutor::Impl::Workspace(size_t index) {
+  while (workspaces.size() <= index) {
+    workspaces.push_back(std::make_unique<TileWorkspace>(options.max_cached_shapes));
+  }
+  return *workspaces[index];
+}
+
+// `parallel`: spread the softmax over the OpenMP team (false when already inside one).
+absl::Status AttentionExecutor::Impl::AttendTile(TileWorkspace& ws, const AttentionInputs& in,
+                                                 const Operands& op, const SequenceGroup& group,
+                                                 const TilePlace& tile, std::span<float> weights,
+                                                 bool parallel) {
   const TileGeometry& g = tile.geometry;
-  absl::StatusOr<AttentionTile*> primitives = tiles.Get(g, scratchpad);
+  absl::StatusOr<AttentionTile*> primitives = ws.tiles.Get(g, ws.scratchpad);
   if (!primitives.ok()) return primitives.status();
   AttentionTile& p = **primitives;
-  float* tile_scores = scores.Reserve(g.score_elements());
+  float* tile_scores = ws.scores.Reserve(g.score_elements());
   const int64_t q_row = group.q_row + tile.batch_begin * group.t + tile.row_begin;
   const int64_t kv_row = group.kv_row + tile.batch_begin * group.s;
+  const int64_t column = tile.head_begin * g.head_dim;  // Heads are column blocks of d_k.
 
   // f32: softmax in place; bf16: f32 scores in, bf16 probabilities out.
   void* tile_probabilities =
-      g.bf16 ? probabilities.Reserve((g.score_elements() + 1) / 2) : tile_scores;
-  p.Scores(stream, Advance(op.q, q_row * op.q_ld, op.bf16),
-           Advance(op.k, kv_row * op.kv_ld, op.bf16), tile_scores, scratchpad.data());
-  const bool any_blocked = MaskTile(in, group, tile, tile_scores);
-  p.Softmax(stream, tile_scores, tile_probabilities, scratchpad.data());
-  if (any_blocked) ZeroBlockedRows(g, tile_probabilities);
-  p.Values(stream, tile_probabilities, Advance(op.v, kv_row * op.kv_ld, op.bf16),
-           Advance(op.context, q_row * op.context_ld, op.context_bf16), scratchpad.data());
+      g.bf16 ? ws.probabilities.Reserve((g.score_elements() + 1) / 2) : tile_scores;
+  p.Scores(ws.stream, Advance(op.q, q_row * op.q_ld + column, op.bf16),
+           Advance(op.k, kv_row * op.kv_ld + column, op.bf16), tile_scores, ws.scratchpad.data());
+  SoftmaxTile(in, group, tile, tile_scores, tile_probabilities, parallel);
+  p.Values(ws.stream, tile_probabilities, Advance(op.v, kv_row * op.kv_ld + column, op.bf16),
+           Advance(op.context, q_row * op.context_ld + column, op.context_bf16),
+           ws.scratchpad.data());
   if (!in.head_mask.empty()) ZeroDisabledHeads(in, op, group, tile);
   if (!weights.empty()) CopyWeights(in, group, tile, tile_probabilities, weights);
   return absl::OkStatus();
 }
 
-// Writes -∞ over blocked scores and records rows with no visible key. Returns whether any row
-// is fully blocked (its softmax is NaN until ZeroBlockedRows).
-bool AttentionExecutor::Impl::MaskTile(const AttentionInputs& in, const SequenceGroup& group,
-                                       const TilePlace& tile, float* tile_scores) {
+// Masks and softmaxes every score row of the tile in one pass per row (MaskedSoftmaxRow), the
+// rows split over the OpenMP team that runs oneDNN's primitives. Blocked keys and rows with no
+// visible key come out as exact zeros.
+void AttentionExecutor::Impl::SoftmaxTile(const AttentionInputs& in, const SequenceGroup& group,
+                                          const TilePlace& tile, float* tile_scores,
+                                          void* tile_probabilities, bool parallel) const {
   const TileGeometry& g = tile.geometry;
-  const bool has_explicit = !in.mask.explicit_mask.empty();
-  if (!has_explicit && !in.mask.causal) return false;
-  blocked_rows.assign(g.batch * g.rows, 0);
-  bool any_blocked = false;
-  for (int64_t b = 0; b < g.batch; ++b) {
-    const int64_t sequence_scores = group.score_offset + (tile.batch_begin + b) * group.t * group.s;
-    for (int64_t i = 0; i < g.rows; ++i) {
-      const int64_t query = tile.row_begin + i;
-      const int64_t limit = in.mask.causal ? query + 1 : g.keys;
-      if (!has_explicit && limit >= g.keys) continue;
-      const uint8_t* explicit_row =
-          has_explicit ? in.mask.explicit_mask.data() + sequence_scores + query * group.s : nullptr;
-      for (int64_t head = 0; head < g.heads; ++head) {
-        float* row = tile_scores + ((b * g.heads + head) * g.rows + i) * g.keys;
-        if (MaskScoreRow(row, g.keys, limit, explicit_row) == 0) {
-          blocked_rows[b * g.rows + i] = 1;
-          any_blocked = true;
-        }
-      }
+  const uint8_t* explicit_mask =
+      in.mask.explicit_mask.empty() ? nullptr : in.mask.explicit_mask.data();
+  const bool causal = in.mask.causal;
+  uint16_t* bf16_out = g.bf16 ? static_cast<uint16_t*>(tile_probabilities) : nullptr;
+  const int64_t total_rows = g.batch * g.heads * g.rows;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t r = 0; r < total_rows; ++r) {
+    const int64_t i = r % g.rows, b = r / (g.heads * g.rows);
+    const int64_t query = tile.row_begin + i;
+    RowMask mask{.visible_limit = causal ? query + 1 : g.keys};
+    if (explicit_mask != nullptr) {
+      mask.explicit_row = explicit_mask + group.score_offset +
+                          (tile.batch_begin + b) * group.t * group.s + query * group.s;
     }
-  }
-  return any_blocked;
-}
-
-// All-zero bytes are +0 in both f32 and bf16.
-void AttentionExecutor::Impl::ZeroBlockedRows(const TileGeometry& g,
-                                              void* tile_probabilities) const {
-  const size_t row_bytes = g.keys * (g.bf16 ? 2 : 4);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t i = 0; i < g.rows; ++i) {
-      if (!blocked_rows[b * g.rows + i]) continue;
-      for (int64_t head = 0; head < g.heads; ++head) {
-        void* row =
-            Advance(tile_probabilities, ((b * g.heads + head) * g.rows + i) * g.keys, g.bf16);
-        std::memset(row, 0, row_bytes);
-      }
-    }
+    MaskedSoftmaxRow(tile_scores + r * g.keys, g.keys, mask,
+                     bf16_out == nullptr ? nullptr : bf16_out + r * g.keys);
   }
 }
 
@@ -374,7 +444,7 @@ void AttentionExecutor::Impl::ZeroDisabledHeads(const AttentionInputs& in, const
                                                 const SequenceGroup& group,
                                                 const TilePlace& tile) const {
   const TileGeometry& g = tile.geometry;
-  for (int64_t head = 0; head < g.heads; ++head) {
+  for (int64_t head = tile.head_begin; head < tile.head_begin + g.heads; ++head) {
     if (in.head_mask[head]) continue;
     for (int64_t b = 0; b < g.batch; ++b) {
       for (int64_t i = 0; i < g.rows; ++i) {
@@ -395,11 +465,12 @@ void AttentionExecutor::Impl::CopyWeights(const AttentionInputs& in, const Seque
   const int64_t t = group.t, s = group.s;
   for (int64_t b = 0; b < g.batch; ++b) {
     float* sequence =
-        weights.data() + g.heads * (group.score_offset + (tile.batch_begin + b) * t * s);
+        weights.data() + tile.model_heads * (group.score_offset + (tile.batch_begin + b) * t * s);
     for (int64_t head = 0; head < g.heads; ++head) {
-      const bool enabled = in.head_mask.empty() || in.head_mask[head];
+      const int64_t model_head = tile.head_begin + head;
+      const bool enabled = in.head_mask.empty() || in.head_mask[model_head];
       for (int64_t i = 0; i < g.rows; ++i) {
-        float* dst = sequence + (head * t + tile.row_begin + i) * s;
+        float* dst = sequence + (model_head * t + tile.row_begin + i) * s;
         const int64_t first = ((b * g.heads + head) * g.rows + i) * g.keys;
         if (enabled && g.bf16) {
           WidenBf16(static_cast<const uint16_t*>(tile_probabilities) + first, g.keys, dst);

@@ -39,6 +39,13 @@ struct ExecutorOptions {
   // matmuls' M and cost throughput; 8 MiB measured best on the reference machine, within 2 % of
   // 16 MiB and 2.5x faster than 256 KiB (docs/PERFORMANCE.md).
   int64_t score_tile_bytes = int64_t{8} << 20;
+  // Sequences whose h·T·S scores exceed score_tile_bytes are attended per head and block of
+  // query rows instead, the blocks shared out over the compute threads. This is the target size
+  // of one such block's scores (rows·S·4 bytes); 0 means the default, 2 MiB (256 rows at
+  // S = 2048). Measured on the reference machine (`BM_HeadTileSize`, docs/PERFORMANCE.md): 1 to
+  // 8 MiB are within a few per cent, 512 KiB (a block that stays in a core's L2) is ~15 % slower,
+  // as the matmuls' M shrinks.
+  int64_t head_tile_bytes = 0;
   // oneDNN primitives kept per kind (projections, attention tiles) before the least recently
   // used is dropped. Each distinct batch shape costs one entry (~50 µs to create).
   size_t max_cached_shapes = 512;

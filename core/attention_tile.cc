@@ -29,11 +29,9 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
   const dnnl::memory::desc k_t({b, h, dk, s}, operand, dims{g.kv_batch_stride, dk, 1, g.kv_ld});
   const dnnl::memory::desc v({b, h, s, dk}, operand, dims{g.kv_batch_stride, dk, g.kv_ld, 1});
   const dnnl::memory::desc out({b, h, t, dk}, result, dims{g.out_batch_stride, dk, g.out_ld, 1});
-  // Scores are f32 whatever the operands: scale, mask and softmax stay in f32.
+  // Scores are f32 whatever the operands: scale, mask and softmax stay in f32 (MaskedSoftmaxRow).
   const dnnl::memory::desc scores({b, h, t, s}, dt::f32, dnnl::memory::format_tag::abcd);
   const dnnl::memory::desc probabilities({b, h, t, s}, operand, dnnl::memory::format_tag::abcd);
-  const dnnl::memory::desc score_rows({b * h * t, s}, dt::f32, dnnl::memory::format_tag::ab);
-  const dnnl::memory::desc probability_rows({b * h * t, s}, operand, dnnl::memory::format_tag::ab);
 
   q_ = dnnl::memory(q, engine, DNNL_MEMORY_NONE);
   k_ = dnnl::memory(k_t, engine, DNNL_MEMORY_NONE);
@@ -41,8 +39,6 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
   out_ = dnnl::memory(out, engine, DNNL_MEMORY_NONE);
   scores_ = dnnl::memory(scores, engine, DNNL_MEMORY_NONE);
   probabilities_ = dnnl::memory(probabilities, engine, DNNL_MEMORY_NONE);
-  score_rows_ = dnnl::memory(score_rows, engine, DNNL_MEMORY_NONE);
-  probability_rows_ = dnnl::memory(probability_rows, engine, DNNL_MEMORY_NONE);
 
   auto make_scratchpad = [&](const dnnl::primitive_desc_base& pd) {
     scratchpad_bytes_ = std::max(scratchpad_bytes_, pd.scratchpad_desc().get_size());
@@ -58,26 +54,6 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
                                     {DNNL_ARG_WEIGHTS, &k_},
                                     {DNNL_ARG_DST, &scores_},
                                     {DNNL_ARG_SCRATCHPAD, &scores_step_.scratchpad}});
-
-  if (g.bf16) {
-    // f32 scores in, bf16 probabilities out, in one pass (softmax_v2 converts on store).
-    const dnnl::softmax_v2_forward::primitive_desc sm_pd(
-        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
-                                       dnnl::algorithm::softmax_accurate, score_rows,
-                                       probability_rows, 1),
-        UserScratchpad(), engine);
-    softmax_step_.primitive = dnnl::softmax_v2_forward(sm_pd);
-    softmax_step_.scratchpad = make_scratchpad(sm_pd);
-  } else {
-    const dnnl::softmax_forward::primitive_desc sm_pd(
-        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, score_rows, 1),
-        UserScratchpad(), engine);
-    softmax_step_.primitive = dnnl::softmax_forward(sm_pd);
-    softmax_step_.scratchpad = make_scratchpad(sm_pd);
-  }
-  softmax_step_.args = MakeExecArgs({{DNNL_ARG_SRC, &score_rows_},
-                                     {DNNL_ARG_DST, &probability_rows_},
-                                     {DNNL_ARG_SCRATCHPAD, &softmax_step_.scratchpad}});
 
   const dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(probabilities, v, out),
                                            UserScratchpad(), engine);
@@ -101,13 +77,6 @@ void AttentionTile::Scores(dnnl::stream& stream, const void* q, const void* k, f
   k_.set_data_handle(const_cast<void*>(k));
   scores_.set_data_handle(scores);
   RunStep(stream, scores_step_, scratch);
-}
-
-void AttentionTile::Softmax(dnnl::stream& stream, float* scores, void* probabilities,
-                            void* scratch) {
-  score_rows_.set_data_handle(scores);
-  probability_rows_.set_data_handle(probabilities);
-  RunStep(stream, softmax_step_, scratch);
 }
 
 void AttentionTile::Values(dnnl::stream& stream, const void* probabilities, const void* v,

@@ -1,12 +1,12 @@
-// AttentionTile: the three oneDNN primitives that attend one tile of queries — `batch` sequences
+// AttentionTile: the two oneDNN matmuls that attend one tile of queries — `batch` sequences
 // × `heads` heads × `rows` query rows against `keys` keys — over strided views of the projection
 // buffers, so that splitting into heads and merging them back costs no copy:
 //   scores [batch, heads, rows, keys] (dense) = Q Kᵀ · 1/√d_k   (output-scale attribute)
-//   scores = softmax(scores) along keys, in place
-//   out [batch, heads, rows, d_k] (strided into the concat buffer) = scores · V
-// The caller masks the scores between the first two steps.
-// With `bf16` set, Q, K and V are bf16, the scores stay f32, the softmax writes bf16
-// probabilities to a separate buffer, P·V accumulates in f32 and writes `out_bf16` ? bf16 : f32.
+//   out [batch, heads, rows, d_k] (strided into the concat buffer) = probabilities · V
+// The caller masks the scores and turns them into probabilities in between (MaskedSoftmaxRow,
+// one fused pass per row: faster than oneDNN's softmax plus separate masking passes).
+// With `bf16` set, Q, K and V are bf16, the scores stay f32, the probabilities are bf16 in a
+// separate buffer, P·V accumulates in f32 and writes `out_bf16` ? bf16 : f32.
 //
 // AttentionTileCache keeps one AttentionTile per geometry. Not thread-safe. Internal to the core.
 #ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
@@ -47,14 +47,13 @@ class AttentionTile {
   // Builds the primitives; throws dnnl::error (caught by the cache).
   explicit AttentionTile(const TileGeometry& g);
 
-  // Largest scratchpad any of the three primitives needs, in bytes.
+  // Largest scratchpad either primitive needs, in bytes.
   size_t scratchpad_bytes() const { return scratchpad_bytes_; }
 
   // Each step runs synchronously on the CPU stream. `scratch` holds scratchpad_bytes(). Pointers
-  // are to elements of the types the geometry names. Softmax reads the f32 scores and writes
-  // `probabilities`: the same buffer for f32, a bf16 buffer of score_elements() for bf16.
+  // are to elements of the types the geometry names; `probabilities` are f32 (the scores
+  // buffer, in place) or bf16 (score_elements() of them).
   void Scores(dnnl::stream& stream, const void* q, const void* k, float* scores, void* scratch);
-  void Softmax(dnnl::stream& stream, float* scores, void* probabilities, void* scratch);
   void Values(dnnl::stream& stream, const void* probabilities, const void* v, void* out,
               void* scratch);
 
@@ -66,8 +65,8 @@ class AttentionTile {
   };
   void RunStep(dnnl::stream& stream, Step& step, void* scratch);
 
-  dnnl::memory q_, k_, scores_, probabilities_, score_rows_, probability_rows_, v_, out_;
-  Step scores_step_, softmax_step_, values_step_;
+  dnnl::memory q_, k_, scores_, probabilities_, v_, out_;
+  Step scores_step_, values_step_;
   size_t scratchpad_bytes_ = 0;
 };
 

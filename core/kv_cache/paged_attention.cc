@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/util/per_isa_clones.h"
+
 namespace attnserve::core {
 namespace {
 
@@ -21,16 +23,7 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 
 }  // namespace
 
-// The project builds for baseline x86-64 (SSE2); the loops above are bandwidth-bound only when
-// they run on the machine's full vector width, so the kernel is compiled once per ISA level and
-// picked at load time (GCC/Clang function multi-versioning). ThreadSanitizer instruments the
-// clone resolver, which the dynamic loader runs before the TSan runtime exists, so TSan builds
-// keep the single baseline version.
-#if defined(__SANITIZE_THREAD__)
-#define ATTNSERVE_PER_ISA_CLONES
-#else
-#define ATTNSERVE_PER_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
+// Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
 ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, float* probabilities,
                                         float* out) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();

@@ -216,6 +216,23 @@ void RegisterTileSweep(const Case& c) {
   }
 }
 
+// Registers BM_HeadTileSize/<shape>/head_tile_kib:K at 2 threads: the per-head score block of
+// sequences too long for one score tile (ExecutorOptions::head_tile_bytes) against the L2 cache.
+void RegisterHeadTileSweep(const Case& c) {
+  auto lazy = std::make_shared<LazyProblem>(c);
+  for (int64_t kib : {256, 512, 1024, 2048, 4096, 8192}) {
+    const std::string name =
+        "BM_HeadTileSize/" + ShapeName(c) + "/head_tile_kib:" + std::to_string(kib);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [lazy, kib](benchmark::State& state) {
+                                   RunForward(state, *lazy,
+                                              {.compute_threads = 2, .head_tile_bytes = kib << 10});
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 // The double-precision reference on the same problem, for scale. It is slow, so few iterations.
 void RunReference(benchmark::State& state, LazyProblem& lazy) {
   const Problem& p = lazy.Get();
@@ -334,6 +351,7 @@ void RegisterAll() {
 
   // Score tile budget, on the long-sequence case where it matters.
   for (bool causal : {false, true}) RegisterTileSweep(Uniform(1, 2048, 512, 8, causal));
+  for (bool causal : {false, true}) RegisterHeadTileSweep(Uniform(1, 2048, 512, 8, causal));
 
   // What a never-seen batch shape costs (primitive creation).
   RegisterShapeChurn();

@@ -1,10 +1,14 @@
 // The executor's score tiling: with a small ExecutorOptions::score_tile_bytes, long sequences are
-// attended in blocks of query rows (and short equal-length sequences several per tile). Results,
-// including the weights output, must match the reference for every mask kind.
+// attended per head in blocks of query rows (ExecutorOptions::head_tile_bytes, set small here so
+// that a head takes several blocks, shared out over the OpenMP threads), and short equal-length
+// sequences several per tile. Results, including the weights output, must match the reference
+// for every mask kind.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "core/attention_executor.h"
+#include "core/onednn_support.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 
@@ -36,7 +40,8 @@ void RunTilingCase(const TilingCase& c, uint64_t seed) {
     for (int64_t h = 0; h < c.config.num_heads; ++h) enabled.push_back(h % 2 == 0);
     SetHeadMask(batch, enabled);
   }
-  core::AttentionExecutor executor({.score_tile_bytes = c.tile_bytes});
+  core::AttentionExecutor executor({.score_tile_bytes = c.tile_bytes,
+                                    .head_tile_bytes = std::max<int64_t>(1, c.tile_bytes / 4)});
   ExpectMatchesReference(executor, *layer.layer, layer.weights, batch);
 
   // The tiled result agrees with an executor whose tiles hold whole sequences.
@@ -49,6 +54,22 @@ void RunTilingCase(const TilingCase& c, uint64_t seed) {
   std::vector<double> whole_weights(whole.weights.begin(), whole.weights.end());
   EXPECT_TRUE(NearReference(tiled.output, whole_output, "tiled vs untiled output"));
   EXPECT_TRUE(NearReference(tiled.weights, whole_weights, "tiled vs untiled weights"));
+}
+
+// bf16 compute through the per-head tiles (bf16 probabilities from the fused softmax): within the
+// bf16 bounds of the reference, exact zeros where it is zero.
+TEST(ScoreTilingTest, Bf16PerHeadTilesWithinBf16Bounds) {
+  if (!core::HasBf16Kernels()) GTEST_SKIP() << "no bf16 kernels on " << core::OneDnnIsa();
+  AttentionConfig config{.d_model = 64, .num_heads = 8, .bias = true};
+  config.compute_type = core::ComputeType::kBFloat16;
+  const TestLayer layer = MakeTestLayer(config, 11);
+  ASSERT_NE(layer.layer, nullptr);
+  TestBatch batch = MakeBatch(config.d_model, {300, 517}, {}, 12);
+  batch.causal = true;
+  SetRandomMask(batch, 0.6, 13);
+  core::AttentionExecutor executor(
+      {.score_tile_bytes = kSmallTile, .head_tile_bytes = kSmallTile / 4});
+  ExpectBf16NearReference(executor, *layer.layer, layer.weights, batch);
 }
 
 TEST(ScoreTilingTest, LongSelfAttentionCausal) {

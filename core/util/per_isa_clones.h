@@ -1,0 +1,17 @@
+// ATTNSERVE_PER_ISA_CLONES: put before a function definition to compile it once per x86 ISA level
+// (AVX-512, AVX2, baseline) and pick the best at load time (GCC/Clang function multi-versioning).
+//
+// The project builds for baseline x86-64 (SSE2); short vectorised loops that are bandwidth- or
+// exp-bound only reach the machine's speed on its full vector width. ThreadSanitizer instruments
+// the clone resolver, which the dynamic loader runs before the TSan runtime exists (it crashed
+// test discovery), so TSan builds keep the single baseline version.
+#ifndef ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
+#define ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
+
+#if defined(__SANITIZE_THREAD__)
+#define ATTNSERVE_PER_ISA_CLONES
+#else
+#define ATTNSERVE_PER_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
+#endif  // ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
