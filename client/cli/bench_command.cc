@@ -39,6 +39,8 @@ class BenchState {
         recorder_(1, 0) {
     attend_.mask = options.causal ? client::Mask::kCausal : client::Mask::kNone;
     attend_.deadline = options.deadline;
+    attend_.wire_dtype = options.wire_dtype;
+    attend_.answer_wire_dtype = options.wire_dtype;
   }
 
   client::Client& client() { return client_; }
@@ -73,6 +75,7 @@ class BenchState {
     const client::Timing& timing = result->timing;
     recorder_.RecordOk(latency_ms, timing.batch_sequences, timing.batch_tokens, timing.queue_us,
                        timing.compute_us, tokens);
+    recorder_.RecordWireBytes(result->request_bytes, result->response_bytes);
     ok_.fetch_add(1, std::memory_order_relaxed);
   }
   void RecordError(const absl::Status& status) {

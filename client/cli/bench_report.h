@@ -25,7 +25,8 @@ std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summar
 // "p99.9", "max", "mean"}, "server" {"mean_batch_sequences", "mean_batch_tokens", "mean_queue_us",
 // "mean_compute_us" (request-weighted means of the answers' Timing), "batches",
 // "batch_mean_sequences" (per batch), "compute_busy" (share of the wall time the server spent in
-// Forward for these answers)}, "client_cpu_s" (this process, user + system), and the run's
+// Forward for these answers)}, "client_cpu_s" (this process, user + system), "wire_dtype",
+// "wire_bytes" {"mean_request", "mean_response"} (serialized protobuf sizes), and the run's
 // settings ("warmup_requests" among them). Every figure covers the measured requests only.
 std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summary);
 

@@ -72,6 +72,12 @@ void LoadRecorder::RecordOk(double latency_ms, int64_t batch_sequences, int64_t 
   }
 }
 
+void LoadRecorder::RecordWireBytes(int64_t request_bytes, int64_t response_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sum_request_bytes_ += static_cast<double>(request_bytes);
+  sum_response_bytes_ += static_cast<double>(response_bytes);
+}
+
 void LoadRecorder::RecordError(int code) {
   std::lock_guard<std::mutex> lock(mu_);
   ++errors_[StatusCodeName(code)];
@@ -102,6 +108,8 @@ LoadSummary LoadRecorder::Finish() {
   summary.mean_batch_tokens = sum_batch_tokens_ / n;
   summary.mean_queue_us = sum_queue_us_ / n;
   summary.mean_compute_us = sum_compute_us_ / n;
+  summary.mean_request_bytes = sum_request_bytes_ / n;
+  summary.mean_response_bytes = sum_response_bytes_ / n;
   summary.batches = batches_;
   if (batches_ > 0) {
     summary.batch_mean_sequences = n * static_cast<double>(sequences_per_request_) / batches_;

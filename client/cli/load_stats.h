@@ -75,6 +75,9 @@ struct LoadSummary {
                                     // the server spent in Forward for these answers.
   // This process's CPU time (user + system) during the phase, seconds.
   double client_cpu_s = 0;
+  // Mean serialized protobuf sizes of the OK requests and their answers, bytes (0 when the
+  // caller records none: RecordWireBytes).
+  double mean_request_bytes = 0, mean_response_bytes = 0;
 };
 
 class LoadRecorder {
@@ -88,6 +91,8 @@ class LoadRecorder {
   // `tokens`: the query tokens this request carried, when lengths vary (-1 = tokens_per_request).
   void RecordOk(double latency_ms, int64_t batch_sequences, int64_t batch_tokens, int64_t queue_us,
                 int64_t compute_us, int64_t tokens = -1);
+  // The serialized sizes of one OK request and its answer, bytes (optional, once per RecordOk).
+  void RecordWireBytes(int64_t request_bytes, int64_t response_bytes);
   // `code`: a grpc::StatusCode number.
   void RecordError(int code);
   // Marks the end (call after every answer is in) and summarises.
@@ -102,6 +107,7 @@ class LoadRecorder {
   double sum_batch_sequences_ = 0, sum_batch_tokens_ = 0, sum_queue_us_ = 0, sum_compute_us_ = 0;
   double batches_ = 0, sum_batch_compute_us_ = 0;
   double sum_tokens_ = 0;  // Query tokens of the OK requests.
+  double sum_request_bytes_ = 0, sum_response_bytes_ = 0;
   LoadClock::time_point start_;
   double start_cpu_s_ = 0;
 };

@@ -14,7 +14,7 @@
 #include "core/attention_batch.h"
 #include "core/attention_executor.h"
 #include "core/attention_weights.h"
-#include "core/model/half_float.h"
+#include "core/util/half_float.h"
 #include "core/model/model.h"
 #include "core/model/model_writer.h"
 #include "core/model/safetensors_writer.h"

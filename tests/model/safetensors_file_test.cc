@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "core/model/file_bytes.h"
-#include "core/model/half_float.h"
+#include "core/util/half_float.h"
 #include "core/model/safetensors_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

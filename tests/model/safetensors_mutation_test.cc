@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention_config.h"
 #include "core/attention_weights.h"
-#include "core/model/half_float.h"
+#include "core/util/half_float.h"
 #include "core/model/model.h"
 #include "core/model/model_config.h"
 #include "core/model/safetensors_file.h"

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "attnserve/v1/attention.pb.h"
+#include "core/util/float_format.h"
 
 namespace attnserve::server::conversion_internal {
 
@@ -17,6 +19,33 @@ namespace attnserve::server::conversion_internal {
 static_assert(std::endian::native == std::endian::little);
 
 inline constexpr int64_t kFloatBytes = sizeof(float);
+
+// The format of a Tensor.raw with this dtype, or nullopt for a number the proto does not define
+// (an open enum lets any int32 through).
+inline std::optional<FloatFormat> FormatOf(int dtype) {
+  switch (dtype) {
+    case v1::DATA_TYPE_FP32:
+      return FloatFormat::kFloat32;
+    case v1::DATA_TYPE_BF16:
+      return FloatFormat::kBFloat16;
+    case v1::DATA_TYPE_FP16:
+      return FloatFormat::kFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+inline v1::DataType DataTypeOf(FloatFormat format) {
+  switch (format) {
+    case FloatFormat::kBFloat16:
+      return v1::DATA_TYPE_BF16;
+    case FloatFormat::kFloat16:
+      return v1::DATA_TYPE_FP16;
+    case FloatFormat::kFloat32:
+      break;
+  }
+  return v1::DATA_TYPE_FP32;
+}
 
 template <typename... Pieces>
 absl::Status Invalid(const Pieces&... pieces) {

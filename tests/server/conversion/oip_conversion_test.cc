@@ -130,8 +130,18 @@ TEST(OipConversionTest, RequestedOutputsDecideTheAnswer) {
 
 TEST(OipConversionTest, MalformedRequestsNameTheTensorOrParameter) {
   InferRequest request = Rank3InferRequest(true);
+  request.mutable_inputs(0)->set_datatype("FP64");
+  ExpectInvalid(request, {"inputs[\"input\"].datatype", "FP32, BF16 or FP16", "FP64"});
+
+  // FP16 declared over float32 bytes: twice the bytes the shape needs.
+  request = Rank3InferRequest(true);
   request.mutable_inputs(0)->set_datatype("FP16");
-  ExpectInvalid(request, {"inputs[\"input\"].datatype", "FP32", "FP16"});
+  ExpectInvalid(request, {"inputs[\"input\"]", "expected 96 bytes (48 FP16 elements", "got 192"});
+
+  // BF16 has no typed contents in the protocol.
+  request = Rank3InferRequest(false);
+  request.mutable_inputs(1)->set_datatype("BF16");
+  ExpectInvalid(request, {"inputs[\"memory\"].datatype", "BF16 only in raw_input_contents"});
 
   request = Rank3InferRequest(true);
   request.mutable_raw_input_contents(1)->resize(12);
