@@ -116,6 +116,32 @@ TEST(OipConversionTest, RawAndTypedRequestsGiveTheAttendWork) {
   }
 }
 
+// BF16 / FP16 raw inputs are widened as attnserve.v1's Tensor.dtype is: the values here are
+// exact in both formats (memory's 1000.. only in FP16), so the work equals the float32 one.
+TEST(OipConversionTest, SixteenBitRawInputsGiveTheSameWork) {
+  const absl::StatusOr<AttendWork> expected = Parse(Rank3Request());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const v1::AttendRequest v1 = Rank3Request();
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    const std::string datatype = dtype == v1::DATA_TYPE_BF16 ? "BF16" : "FP16";
+    SCOPED_TRACE(datatype);
+    InferRequest request = Rank3InferRequest(true);
+    v1::Tensor encoded;
+    SetRawTensor(&encoded, {2, 3, kD}, Floats(v1.input()), dtype);
+    request.mutable_inputs(0)->set_datatype(datatype);
+    *request.mutable_raw_input_contents(0) = encoded.raw();
+    if (dtype == v1::DATA_TYPE_FP16) {
+      SetRawTensor(&encoded, {2, 4, kD}, Floats(v1.memory()), dtype);
+      request.mutable_inputs(1)->set_datatype(datatype);
+      *request.mutable_raw_input_contents(1) = encoded.raw();
+    }
+    const absl::StatusOr<AttendWork> work = ParseInfer(request);
+    ASSERT_TRUE(work.ok()) << work.status();
+    EXPECT_EQ(Bits(work->query), Bits(expected->query));
+    EXPECT_EQ(Bits(work->memory), Bits(expected->memory));
+  }
+}
+
 TEST(OipConversionTest, RequestedOutputsDecideTheAnswer) {
   InferRequest request = Rank3InferRequest(true);
   request.mutable_parameters()->erase("return_weights");
