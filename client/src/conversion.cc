@@ -21,29 +21,14 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return count;
 }
 
-FloatFormat FormatOf(WireDtype dtype) {
-  switch (dtype) {
-    case WireDtype::kBFloat16:
-      return FloatFormat::kBFloat16;
-    case WireDtype::kFloat16:
-      return FloatFormat::kFloat16;
-    case WireDtype::kFloat32:
-      break;
-  }
-  return FloatFormat::kFloat32;
-}
+// WireDtype, FloatFormat (core/util/float_format.h) and v1::DataType number their types alike.
+static_assert(static_cast<int>(WireDtype::kBFloat16) == v1::DATA_TYPE_BF16 &&
+              static_cast<int>(WireDtype::kFloat16) == v1::DATA_TYPE_FP16 &&
+              static_cast<int>(FloatFormat::kBFloat16) == v1::DATA_TYPE_BF16 &&
+              static_cast<int>(FloatFormat::kFloat16) == v1::DATA_TYPE_FP16 &&
+              v1::DataType_MAX == v1::DATA_TYPE_FP16);
 
-v1::DataType DataTypeOf(FloatFormat format) {
-  switch (format) {
-    case FloatFormat::kBFloat16:
-      return v1::DATA_TYPE_BF16;
-    case FloatFormat::kFloat16:
-      return v1::DATA_TYPE_FP16;
-    case FloatFormat::kFloat32:
-      break;
-  }
-  return v1::DATA_TYPE_FP32;
-}
+FloatFormat FormatOf(WireDtype dtype) { return static_cast<FloatFormat>(dtype); }
 
 absl::Status FillTensor(const char* field, TensorView view, bool raw, FloatFormat format,
                         v1::Tensor* tensor) {
@@ -54,7 +39,7 @@ absl::Status FillTensor(const char* field, TensorView view, bool raw, FloatForma
   }
   tensor->mutable_shape()->Add(view.shape.begin(), view.shape.end());
   if (raw) {
-    tensor->set_dtype(DataTypeOf(format));
+    tensor->set_dtype(static_cast<v1::DataType>(format));
     std::string* bytes = tensor->mutable_raw();
     bytes->resize(view.data.size() * static_cast<size_t>(FloatFormatBytes(format)));
     EncodeFloats(view.data, format, bytes->data());
@@ -69,13 +54,12 @@ absl::StatusOr<Tensor> ReadTensor(const char* field, const v1::Tensor& tensor) {
   out.shape.assign(tensor.shape().begin(), tensor.shape().end());
   const int64_t count = Elements(out.shape);
   if (!tensor.raw().empty()) {
-    const int dtype = tensor.dtype();
-    if (dtype != v1::DATA_TYPE_FP32 && dtype != v1::DATA_TYPE_BF16 && dtype != v1::DATA_TYPE_FP16) {
-      return absl::InternalError(absl::StrCat("answer's ", field, ": unknown dtype ", dtype));
+    const std::optional<FloatFormat> known = FloatFormatNumbered(tensor.dtype());
+    if (!known) {
+      return absl::InternalError(
+          absl::StrCat("answer's ", field, ": unknown dtype ", static_cast<int>(tensor.dtype())));
     }
-    const FloatFormat format = dtype == v1::DATA_TYPE_BF16   ? FloatFormat::kBFloat16
-                               : dtype == v1::DATA_TYPE_FP16 ? FloatFormat::kFloat16
-                                                             : FloatFormat::kFloat32;
+    const FloatFormat format = *known;
     const int64_t element_bytes = FloatFormatBytes(format);
     if (count < 0 || count > std::numeric_limits<int64_t>::max() / element_bytes ||
         tensor.raw().size() != static_cast<size_t>(count * element_bytes)) {
@@ -135,7 +119,7 @@ absl::StatusOr<v1::AttendRequest> MakeAttendRequest(std::string_view model, Tens
   for (bool head : options.head_mask) request.add_head_mask(head);
   request.set_return_weights(options.return_weights);
   request.set_raw_output(options.raw);
-  request.set_raw_output_dtype(DataTypeOf(answer_format));
+  request.set_raw_output_dtype(static_cast<v1::DataType>(answer_format));
   request.set_request_id(options.request_id);
   return request;
 }

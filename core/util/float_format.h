@@ -24,11 +24,19 @@ namespace attnserve {
 // need byte swaps.
 static_assert(std::endian::native == std::endian::little);
 
+// The numbers are attnserve.v1's DataType numbers (DATA_TYPE_FP32 = 0, ...), a wire contract:
+// FloatFormatNumbered maps a proto's dtype field here, static_cast<v1::DataType> maps back.
 enum class FloatFormat {
-  kFloat32,   // 4 bytes, exact.
-  kBFloat16,  // 2 bytes: fp32's range, 8 significant bits (rounding error <= 2^-8 relative).
-  kFloat16,   // 2 bytes: IEEE binary16, 11 significant bits (<= 2^-11), finite up to 65504.
+  kFloat32 = 0,   // 4 bytes, exact.
+  kBFloat16 = 1,  // 2 bytes: fp32's range, 8 significant bits (rounding error <= 2^-8 relative).
+  kFloat16 = 2,   // 2 bytes: IEEE binary16, 11 significant bits (<= 2^-11), finite up to 65504.
 };
+
+// The format numbered `number` (0..2), or nullopt for any other number.
+constexpr std::optional<FloatFormat> FloatFormatNumbered(int number) {
+  if (number < 0 || number > 2) return std::nullopt;
+  return static_cast<FloatFormat>(number);
+}
 
 // Bytes per element: 4 or 2.
 constexpr int64_t FloatFormatBytes(FloatFormat format) {

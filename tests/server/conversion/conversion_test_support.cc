@@ -55,9 +55,7 @@ void SetSequential(v1::Tensor* tensor, const std::vector<int64_t>& shape, float 
 
 void SetRawTensor(v1::Tensor* tensor, const std::vector<int64_t>& shape,
                   const std::vector<float>& values, v1::DataType dtype) {
-  const FloatFormat format = dtype == v1::DATA_TYPE_BF16   ? FloatFormat::kBFloat16
-                             : dtype == v1::DATA_TYPE_FP16 ? FloatFormat::kFloat16
-                                                           : FloatFormat::kFloat32;
+  const FloatFormat format = FloatFormatNumbered(dtype).value();
   tensor->Clear();
   for (int64_t dim : shape) tensor->add_shape(dim);
   tensor->set_dtype(dtype);
@@ -67,9 +65,7 @@ void SetRawTensor(v1::Tensor* tensor, const std::vector<int64_t>& shape,
 }
 
 std::vector<float> RawFloats(const v1::Tensor& tensor) {
-  const FloatFormat format = tensor.dtype() == v1::DATA_TYPE_BF16   ? FloatFormat::kBFloat16
-                             : tensor.dtype() == v1::DATA_TYPE_FP16 ? FloatFormat::kFloat16
-                                                                    : FloatFormat::kFloat32;
+  const FloatFormat format = FloatFormatNumbered(tensor.dtype()).value();
   std::vector<float> values(tensor.raw().size() / static_cast<size_t>(FloatFormatBytes(format)));
   DecodeFloats(tensor.raw().data(), static_cast<int64_t>(values.size()), format, values.data());
   return values;

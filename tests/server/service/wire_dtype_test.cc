@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/util/float_format.h"
+#include "tests/server/conversion/conversion_test_support.h"
 #include "tests/server/service/server_test_support.h"
 
 namespace attnserve::testing {
@@ -29,23 +30,6 @@ struct Dtype {
 };
 const Dtype kDtypes[] = {{v1::DATA_TYPE_BF16, FloatFormat::kBFloat16, std::ldexp(1.0, -8)},
                          {v1::DATA_TYPE_FP16, FloatFormat::kFloat16, std::ldexp(1.0, -11)}};
-
-void SetEncoded(const std::vector<float>& values, FloatFormat format, v1::DataType dtype,
-                v1::Tensor* tensor) {
-  tensor->clear_values();
-  tensor->set_dtype(dtype);
-  tensor->mutable_raw()->resize(values.size() * static_cast<size_t>(FloatFormatBytes(format)));
-  EncodeFloats(values, format, tensor->mutable_raw()->data());
-}
-
-std::vector<float> Decoded(const v1::Tensor& tensor) {
-  const FloatFormat format = tensor.dtype() == v1::DATA_TYPE_BF16   ? FloatFormat::kBFloat16
-                             : tensor.dtype() == v1::DATA_TYPE_FP16 ? FloatFormat::kFloat16
-                                                                    : FloatFormat::kFloat32;
-  std::vector<float> values(tensor.raw().size() / static_cast<size_t>(FloatFormatBytes(format)));
-  DecodeFloats(tensor.raw().data(), static_cast<int64_t>(values.size()), format, values.data());
-  return values;
-}
 
 std::vector<float> Rounded(const std::vector<float>& values, FloatFormat format) {
   std::string bytes(values.size() * static_cast<size_t>(FloatFormatBytes(format)), '\0');
@@ -74,6 +58,15 @@ class WireDtypeTest : public ServerTest {
     return request;
   }
 
+  // Fp32Request's input in `dtype` (input_dtype) and, if `answer`, its answer too.
+  static v1::AttendRequest HalfRequest(v1::DataType dtype, bool answer) {
+    v1::AttendRequest request = Fp32Request();
+    SetRawTensor(request.mutable_input(), {kLength, kSmallWidth},
+                 TestValues(kLength * kSmallWidth, 11), dtype);
+    if (answer) request.set_raw_output_dtype(dtype);
+    return request;
+  }
+
   v1::AttendResponse Call(const v1::AttendRequest& request) {
     v1::AttendResponse response;
     const grpc::Status status = Attend(request, &response);
@@ -84,8 +77,8 @@ class WireDtypeTest : public ServerTest {
 
 TEST_F(WireDtypeTest, SixteenBitAnswerIsTheFloat32AnswerRounded) {
   const v1::AttendResponse fp32 = Call(Fp32Request());
-  const std::vector<float> output = Decoded(fp32.output());
-  const std::vector<float> weights = Decoded(fp32.weights());
+  const std::vector<float> output = RawFloats(fp32.output());
+  const std::vector<float> weights = RawFloats(fp32.weights());
   for (const Dtype& dtype : kDtypes) {
     SCOPED_TRACE(v1::DataType_Name(dtype.proto));
     v1::AttendRequest request = Fp32Request();
@@ -95,8 +88,8 @@ TEST_F(WireDtypeTest, SixteenBitAnswerIsTheFloat32AnswerRounded) {
     EXPECT_EQ(half.weights().dtype(), dtype.proto);
     EXPECT_EQ(half.output().raw().size() * 2, fp32.output().raw().size());
     EXPECT_EQ(half.weights().raw().size() * 2, fp32.weights().raw().size());
-    const std::vector<float> half_output = Decoded(half.output());
-    const std::vector<float> half_weights = Decoded(half.weights());
+    const std::vector<float> half_output = RawFloats(half.output());
+    const std::vector<float> half_weights = RawFloats(half.weights());
     ASSERT_EQ(half_output.size(), output.size());
     ASSERT_EQ(half_weights.size(), weights.size());
     // Rounding plus a float32-level allowance for the two forward passes' own differences.
@@ -115,27 +108,21 @@ TEST_F(WireDtypeTest, SixteenBitInputGivesTheFloat32AnswerToTheRoundedInput) {
   const std::vector<float> input = TestValues(kLength * kSmallWidth, 11);
   for (const Dtype& dtype : kDtypes) {
     SCOPED_TRACE(v1::DataType_Name(dtype.proto));
-    v1::AttendRequest request = Fp32Request();
-    SetEncoded(input, dtype.format, dtype.proto, request.mutable_input());
-    const v1::AttendResponse response = Call(request);
+    const v1::AttendResponse response = Call(HalfRequest(dtype.proto, false));
     const CoreAnswer expected =
         CoreCompute(*Layer(kSmallModel),
                     {.query = Rounded(input, dtype.format), .causal = true, .weights = true});
-    EXPECT_TRUE(Near(Decoded(response.output()), expected.output));
-    EXPECT_TRUE(Near(Decoded(response.weights()), expected.weights));
+    EXPECT_TRUE(Near(RawFloats(response.output()), expected.output));
+    EXPECT_TRUE(Near(RawFloats(response.weights()), expected.weights));
   }
 }
 
 TEST_F(WireDtypeTest, SixteenBitBothWaysStaysWithinTheStatedBoundOfFloat32) {
   const v1::AttendResponse fp32 = Call(Fp32Request());
-  const std::vector<float> output = Decoded(fp32.output());
-  const std::vector<float> input = TestValues(kLength * kSmallWidth, 11);
+  const std::vector<float> output = RawFloats(fp32.output());
   for (const Dtype& dtype : kDtypes) {
     SCOPED_TRACE(v1::DataType_Name(dtype.proto));
-    v1::AttendRequest request = Fp32Request();
-    SetEncoded(input, dtype.format, dtype.proto, request.mutable_input());
-    request.set_raw_output_dtype(dtype.proto);
-    const std::vector<float> half = Decoded(Call(request).output());
+    const std::vector<float> half = RawFloats(Call(HalfRequest(dtype.proto, true)).output());
     ASSERT_EQ(half.size(), output.size());
     double max_error = 0;
     for (size_t i = 0; i < output.size(); ++i) {
@@ -151,12 +138,9 @@ TEST_F(WireDtypeTest, SixteenBitBothWaysStaysWithinTheStatedBoundOfFloat32) {
 TEST_F(WireDtypeTest, SixteenBitMessagesAreHalfTheBytes) {
   v1::AttendRequest fp32 = Fp32Request();
   const v1::AttendResponse fp32_answer = Call(fp32);
-  const std::vector<float> input = TestValues(kLength * kSmallWidth, 11);
   for (const Dtype& dtype : kDtypes) {
     SCOPED_TRACE(v1::DataType_Name(dtype.proto));
-    v1::AttendRequest request = Fp32Request();
-    SetEncoded(input, dtype.format, dtype.proto, request.mutable_input());
-    request.set_raw_output_dtype(dtype.proto);
+    const v1::AttendRequest request = HalfRequest(dtype.proto, true);
     const v1::AttendResponse answer = Call(request);
     // Raw payloads exactly halve; the rest of each message (shapes, names, timing) is small.
     EXPECT_EQ(request.input().raw().size() * 2, fp32.input().raw().size());

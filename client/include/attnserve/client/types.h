@@ -32,11 +32,11 @@ enum class Mask { kNone, kCausal };
 
 // How float tensors travel as raw bytes (attnserve.v1 Tensor.dtype). The 16-bit types halve the
 // bytes each way; the server computes in float32 whatever they are, and results always reach the
-// caller as float32.
+// caller as float32. Numbered as attnserve.v1's DataType.
 enum class WireDtype {
-  kFloat32,   // Exact (the default).
-  kBFloat16,  // float32's range, 8 significant bits: rounding error <= 2^-8 of |x|.
-  kFloat16,   // IEEE binary16, 11 significant bits (<= 2^-11 of |x|); finite only up to 65504.
+  kFloat32 = 0,   // Exact (the default).
+  kBFloat16 = 1,  // float32's range, 8 significant bits: rounding error <= 2^-8 of |x|.
+  kFloat16 = 2,   // IEEE binary16, 11 significant bits (<= 2^-11 of |x|); finite only up to 65504.
 };
 
 // "fp32", "bf16" or "f16" (attnserve-cli's --wire-dtype spelling).
