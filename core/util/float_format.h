@@ -67,6 +67,7 @@ inline std::optional<FloatFormat> ParseFloatFormat(std::string_view name) {
 // Writes `source` encoded in `format` to `destination`, which must hold
 // source.size() * FloatFormatBytes(format) bytes (no alignment needed) and not overlap `source`.
 inline void EncodeFloats(std::span<const float> source, FloatFormat format, char* destination) {
+  if (source.empty()) return;  // memcpy may not be given the null pointers of empty buffers.
   switch (format) {
     case FloatFormat::kFloat32:
       std::memcpy(destination, source.data(), source.size_bytes());
@@ -90,6 +91,7 @@ inline void EncodeFloats(std::span<const float> source, FloatFormat format, char
 // bytes, no alignment needed) into `destination`, exactly (every 16-bit value has an fp32 equal).
 inline void DecodeFloats(const char* source, int64_t count, FloatFormat format,
                          float* destination) {
+  if (count <= 0) return;
   switch (format) {
     case FloatFormat::kFloat32:
       std::memcpy(destination, source, static_cast<size_t>(count) * sizeof(float));

@@ -185,8 +185,11 @@ TEST(FloatFormatTest, RoundTripsThroughUnalignedBuffersWithinHalfAStep) {
 }
 
 TEST(FloatFormatTest, EmptyIsFine) {
-  EncodeFloats({}, FloatFormat::kFloat16, nullptr);
-  DecodeFloats(nullptr, 0, FloatFormat::kBFloat16, nullptr);
+  for (FloatFormat format :
+       {FloatFormat::kFloat32, FloatFormat::kBFloat16, FloatFormat::kFloat16}) {
+    EncodeFloats({}, format, nullptr);
+    DecodeFloats(nullptr, 0, format, nullptr);
+  }
 }
 
 }  // namespace
