@@ -70,6 +70,8 @@ absl::Status AttendCommand(client::Client& client, const AttendCommandOptions& o
   attend.mask = options.causal ? client::Mask::kCausal : client::Mask::kNone;
   attend.return_weights = options.weights || !options.weights_path.empty();
   attend.deadline = options.deadline;
+  attend.wire_dtype = options.wire_dtype;
+  attend.answer_wire_dtype = options.wire_dtype;
   absl::StatusOr<client::AttendResult> result = client.Attend(options.model, input.view(), attend);
   if (!result.ok()) return result.status();
 

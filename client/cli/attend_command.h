@@ -22,7 +22,8 @@ struct AttendCommandOptions {
   int64_t random_length = 0;  // T random rows of the model's width (RandomValues(T·D, seed)).
   uint64_t seed = 1;
   bool causal = false;
-  bool weights = false;                   // Ask for the per-head attention weights.
+  bool weights = false;  // Ask for the per-head attention weights.
+  client::WireDtype wire_dtype = client::WireDtype::kFloat32;  // Raw encoding, both ways.
   std::string output_path;                // Write the output here (.npy); empty = print a summary.
   std::string weights_path;               // Write the weights here (.npy); implies `weights`.
   std::chrono::milliseconds deadline{0};  // 0 = the client's default.

@@ -44,6 +44,8 @@ class BenchState {
     attend_.deadline = options.deadline;
     infer_options_.mask = attend_.mask;
     infer_options_.deadline = options.deadline;
+    attend_.wire_dtype = options.wire_dtype;
+    attend_.answer_wire_dtype = options.wire_dtype;
   }
 
   client::Client& client() { return client_; }
@@ -75,6 +77,7 @@ class BenchState {
       return;
     }
     const client::Timing& timing = result->timing;
+    recorder_.RecordWireBytes(result->request_bytes, result->response_bytes);
     RecordOk(result->latency,
              {.batch_sequences = timing.batch_sequences,
               .batch_tokens = timing.batch_tokens,
@@ -291,6 +294,11 @@ absl::Status Validate(const BenchOptions& options) {
     return absl::InvalidArgumentError(
         "--stream: AttendStream exists only in attnserve.v1; with --protocol oip the requests are "
         "unary ModelInfer calls (drop --stream or use --protocol v1)");
+  }
+  if (options.protocol == Protocol::kOip && options.wire_dtype != client::WireDtype::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--wire-dtype ", std::string(client::WireDtypeName(options.wire_dtype)),
+        ": with --protocol oip the input is sent as raw FP32 (expected --wire-dtype fp32)"));
   }
   return absl::OkStatus();
 }

@@ -59,6 +59,8 @@ struct BenchOptions {
   std::string seq_len = "16";   // SeqLenRange::Parse.
   uint64_t seed = 1;            // Input values and lengths.
   bool causal = false;
+  // The raw encoding of each request's input and of its answer (AttendOptions::wire_dtype).
+  client::WireDtype wire_dtype = client::WireDtype::kFloat32;
   bool stream = false;
   int streams = 1;
   bool json = false;

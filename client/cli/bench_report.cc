@@ -65,6 +65,13 @@ std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summar
                   Figure(summary.batch_mean_sequences, 2),
                   " sequences per batch; server in Forward ", Figure(summary.compute_busy, 1, 100),
                   " % of the time\n");
+  if (summary.mean_request_bytes > 0) {  // Only Attend answers carry their serialized sizes.
+    absl::StrAppendFormat(&text,
+                          "wire:        %s raw, %.0f bytes per request, %.0f per answer "
+                          "(serialized protobuf, means)\n",
+                          client::WireDtypeName(run.options.wire_dtype), summary.mean_request_bytes,
+                          summary.mean_response_bytes);
+  }
   absl::StrAppendFormat(
       &text, "client CPU:  %.2f s (%.0f us per ok request)\n", summary.client_cpu_s,
       summary.ok > 0 ? summary.client_cpu_s * 1e6 / static_cast<double>(summary.ok) : 0.0);
@@ -115,6 +122,10 @@ std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summar
         {"batch_mean_sequences", OrNull(summary.batch_mean_sequences)},
         {"compute_busy", OrNull(summary.compute_busy)}}},
       {"client_cpu_s", summary.client_cpu_s},
+      {"wire_dtype", std::string(client::WireDtypeName(options.wire_dtype))},
+      {"wire_bytes",
+       {{"mean_request", summary.mean_request_bytes},
+        {"mean_response", summary.mean_response_bytes}}},
   };
   return report.dump() + "\n";
 }

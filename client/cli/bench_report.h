@@ -25,10 +25,11 @@ std::string BenchReportText(const BenchRun& run, const load::LoadSummary& summar
 // "p99.9", "max", "mean"}, "server" {"mean_batch_sequences", "mean_batch_tokens", "mean_queue_us",
 // "mean_compute_us" (request-weighted means of the answers' Timing), "batches",
 // "batch_mean_sequences" (per batch), "compute_busy" (share of the wall time the server spent in
-// Forward for these answers)}, "client_cpu_s" (this process, user + system), and the run's
-// settings ("protocol" and "warmup_requests" among them). Every figure covers the measured
-// requests only. A server figure the answers do not carry (mean_batch_tokens with --protocol oip)
-// is null in JSON and "n/a" in text.
+// Forward for these answers)}, "client_cpu_s" (this process, user + system), "wire_dtype",
+// "wire_bytes" {"mean_request", "mean_response"} (serialized protobuf sizes; 0 with --protocol
+// oip), and the run's settings ("protocol" and "warmup_requests" among them). Every figure covers
+// the measured requests only. A server figure the answers do not carry (mean_batch_tokens with
+// --protocol oip) is null in JSON and "n/a" in text.
 std::string BenchReportJson(const BenchRun& run, const load::LoadSummary& summary);
 
 // Total errors in `summary`.

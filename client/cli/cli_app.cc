@@ -57,6 +57,22 @@ absl::Status WriteGhzData(const GhzDataOptions& options, const std::string& shap
   return absl::OkStatus();
 }
 
+// --wire-dtype: the raw encoding of the tensors sent and of the answer.
+void AddWireDtypeOption(CLI::App* command, std::string& name) {
+  command
+      ->add_option("--wire-dtype", name,
+                   "raw encoding of the tensors sent and of the answer: fp32, bf16 or f16 (the "
+                   "16-bit types halve the bytes; results are widened back to float32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "f16"}))
+      ->capture_default_str();
+}
+
+client::WireDtype WireDtypeNamed(const std::string& name) {
+  if (name == "bf16") return client::WireDtype::kBFloat16;
+  if (name == "f16") return client::WireDtype::kFloat16;
+  return client::WireDtype::kFloat32;
+}
+
 }  // namespace
 
 int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -123,6 +139,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   attend->add_option("--weights-out", attend_options.weights_path,
                      "write the weights to this .npy (implies --weights)");
   attend->add_option("--seed", attend_options.seed, "seed of --random")->capture_default_str();
+  std::string attend_wire_dtype = "fp32";
+  AddWireDtypeOption(attend, attend_wire_dtype);
 
   BenchOptions bench_options;
   std::string bench_mask = "none";
@@ -170,6 +188,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
                    "(unary only, raw FP32 input)")
       ->check(CLI::IsMember({"v1", "oip"}))
       ->capture_default_str();
+  std::string bench_wire_dtype = "fp32";
+  AddWireDtypeOption(bench, bench_wire_dtype);
 
   GhzDataOptions ghz_options;
   std::string ghz_shape;
@@ -213,9 +233,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (*health) return Report(HealthCommand(**client, health_service, global.quiet, out), err);
   if (*attend) {
     attend_options.causal = attend_mask == "causal";
+    attend_options.wire_dtype = WireDtypeNamed(attend_wire_dtype);
     return Report(AttendCommand(**client, attend_options, out), err);
   }
   bench_options.causal = bench_mask == "causal";
+  bench_options.wire_dtype = WireDtypeNamed(bench_wire_dtype);
   bench_options.arrival = bench_arrival == "fixed" ? Arrival::kFixed : Arrival::kPoisson;
   bench_options.progress = !global.quiet;
   bench_options.protocol = bench_protocol == "oip" ? Protocol::kOip : Protocol::kV1;

@@ -79,6 +79,12 @@ void LoadRecorder::RecordOk(double latency_ms, const AnswerTiming& timing, int64
   }
 }
 
+void LoadRecorder::RecordWireBytes(int64_t request_bytes, int64_t response_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sum_request_bytes_ += static_cast<double>(request_bytes);
+  sum_response_bytes_ += static_cast<double>(response_bytes);
+}
+
 void LoadRecorder::RecordError(int code) {
   std::lock_guard<std::mutex> lock(mu_);
   ++errors_[StatusCodeName(code)];
@@ -114,6 +120,8 @@ LoadSummary LoadRecorder::Finish() {
   summary.mean_batch_tokens = mean(sum_batch_tokens_, with_batch_tokens_);
   summary.mean_queue_us = mean(sum_queue_us_, with_queue_us_);
   summary.mean_compute_us = mean(sum_compute_us_, with_compute_us_);
+  summary.mean_request_bytes = sum_request_bytes_ / n;
+  summary.mean_response_bytes = sum_response_bytes_ / n;
   if (with_batch_compute_ == summary.ok) {
     summary.batches = batches_;
     summary.batch_mean_sequences =

@@ -87,6 +87,9 @@ struct LoadSummary {
   std::optional<double> compute_busy;
   // This process's CPU time (user + system) during the phase, seconds.
   double client_cpu_s = 0;
+  // Mean serialized protobuf sizes of the OK requests and their answers, bytes (0 when the
+  // caller records none: RecordWireBytes).
+  double mean_request_bytes = 0, mean_response_bytes = 0;
 };
 
 class LoadRecorder {
@@ -99,6 +102,8 @@ class LoadRecorder {
   void Start();
   // `tokens`: the query tokens this request carried, when lengths vary (-1 = tokens_per_request).
   void RecordOk(double latency_ms, const AnswerTiming& timing, int64_t tokens = -1);
+  // The serialized sizes of one OK request and its answer, bytes (optional, once per RecordOk).
+  void RecordWireBytes(int64_t request_bytes, int64_t response_bytes);
   // `code`: a grpc::StatusCode number.
   void RecordError(int code);
   // Marks the end (call after every answer is in) and summarises.
@@ -117,6 +122,7 @@ class LoadRecorder {
   int64_t with_batch_sequences_ = 0, with_batch_tokens_ = 0, with_queue_us_ = 0,
           with_compute_us_ = 0, with_batch_compute_ = 0;
   double sum_tokens_ = 0;  // Query tokens of the OK requests.
+  double sum_request_bytes_ = 0, sum_response_bytes_ = 0;
   LoadClock::time_point start_;
   double start_cpu_s_ = 0;
 };

@@ -38,7 +38,8 @@ absl::Status StreamSession::Attend(std::string_view model, TensorView input,
     }
     if (request->request_id().empty()) request->set_request_id(absl::StrCat("s", ++next_id_));
     const auto [it, added] = pending_.try_emplace(
-        request->request_id(), Pending{std::move(done), std::chrono::steady_clock::now()});
+        request->request_id(), Pending{std::move(done), std::chrono::steady_clock::now(),
+                                       static_cast<int64_t>(request->ByteSizeLong())});
     if (!added) {
       return absl::InvalidArgumentError(absl::StrCat("request_id: \"", request->request_id(),
                                                      "\" is already waiting for its answer"));
@@ -141,6 +142,7 @@ void StreamSession::OnReadDone(bool ok) {
     if (result.ok()) {
       result->latency = std::chrono::duration_cast<std::chrono::microseconds>(
           std::chrono::steady_clock::now() - pending.start);
+      result->request_bytes = pending.request_bytes;
     }
     pending.done(std::move(result));
   }

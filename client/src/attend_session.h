@@ -65,6 +65,7 @@ class StreamSession final : public AttendSession,
   struct Pending {
     Callback done;
     std::chrono::steady_clock::time_point start;
+    int64_t request_bytes = 0;  // The request's serialized size, for AttendResult.
   };
   std::map<std::string, Pending> pending_;  // By request_id: sent, not yet answered.
 };

@@ -6,12 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/float_format.h"
 
 namespace attnserve::client::internal {
 namespace {
-
-static_assert(std::endian::native == std::endian::little,
-              "raw tensors are little-endian float32: this library copies them as they are");
 
 // product(shape), or -1 for a negative dimension or an overflow.
 int64_t Elements(const std::vector<int64_t>& shape) {
@@ -23,7 +21,17 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return count;
 }
 
-absl::Status FillTensor(const char* field, TensorView view, bool raw, v1::Tensor* tensor) {
+// WireDtype, FloatFormat (core/util/float_format.h) and v1::DataType number their types alike.
+static_assert(static_cast<int>(WireDtype::kBFloat16) == v1::DATA_TYPE_BF16 &&
+              static_cast<int>(WireDtype::kFloat16) == v1::DATA_TYPE_FP16 &&
+              static_cast<int>(FloatFormat::kBFloat16) == v1::DATA_TYPE_BF16 &&
+              static_cast<int>(FloatFormat::kFloat16) == v1::DATA_TYPE_FP16 &&
+              v1::DataType_MAX == v1::DATA_TYPE_FP16);
+
+FloatFormat FormatOf(WireDtype dtype) { return static_cast<FloatFormat>(dtype); }
+
+absl::Status FillTensor(const char* field, TensorView view, bool raw, FloatFormat format,
+                        v1::Tensor* tensor) {
   const int64_t count = Elements(view.shape);
   if (count < 0 || static_cast<size_t>(count) != view.data.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -31,8 +39,10 @@ absl::Status FillTensor(const char* field, TensorView view, bool raw, v1::Tensor
   }
   tensor->mutable_shape()->Add(view.shape.begin(), view.shape.end());
   if (raw) {
-    tensor->mutable_raw()->assign(reinterpret_cast<const char*>(view.data.data()),
-                                  view.data.size_bytes());
+    tensor->set_dtype(static_cast<v1::DataType>(format));
+    std::string* bytes = tensor->mutable_raw();
+    bytes->resize(view.data.size() * static_cast<size_t>(FloatFormatBytes(format)));
+    EncodeFloats(view.data, format, bytes->data());
   } else {
     tensor->mutable_values()->Add(view.data.begin(), view.data.end());
   }
@@ -44,12 +54,21 @@ absl::StatusOr<Tensor> ReadTensor(const char* field, const v1::Tensor& tensor) {
   out.shape.assign(tensor.shape().begin(), tensor.shape().end());
   const int64_t count = Elements(out.shape);
   if (!tensor.raw().empty()) {
-    if (count < 0 || tensor.raw().size() != static_cast<size_t>(count) * sizeof(float)) {
+    const std::optional<FloatFormat> known = FloatFormatNumbered(tensor.dtype());
+    if (!known) {
+      return absl::InternalError(
+          absl::StrCat("answer's ", field, ": unknown dtype ", static_cast<int>(tensor.dtype())));
+    }
+    const FloatFormat format = *known;
+    const int64_t element_bytes = FloatFormatBytes(format);
+    if (count < 0 || count > std::numeric_limits<int64_t>::max() / element_bytes ||
+        tensor.raw().size() != static_cast<size_t>(count * element_bytes)) {
       return absl::InternalError(absl::StrCat("answer's ", field, ": ", tensor.raw().size(),
-                                              " raw bytes for ", count, " elements"));
+                                              " raw bytes for ", count, " ",
+                                              v1::DataType_Name(tensor.dtype()), " elements"));
     }
     out.data.resize(static_cast<size_t>(count));
-    std::memcpy(out.data.data(), tensor.raw().data(), tensor.raw().size());
+    DecodeFloats(tensor.raw().data(), count, format, out.data.data());
   } else {
     if (count < 0 || tensor.values_size() != count) {
       return absl::InternalError(absl::StrCat("answer's ", field, ": ", tensor.values_size(),
@@ -64,22 +83,31 @@ absl::StatusOr<Tensor> ReadTensor(const char* field, const v1::Tensor& tensor) {
 
 absl::StatusOr<v1::AttendRequest> MakeAttendRequest(std::string_view model, TensorView input,
                                                     const AttendOptions& options) {
+  const FloatFormat format = FormatOf(options.wire_dtype);
+  const FloatFormat answer_format = FormatOf(options.answer_wire_dtype);
+  if (!options.raw && (format != FloatFormat::kFloat32 || answer_format != FloatFormat::kFloat32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        format != FloatFormat::kFloat32 ? "wire_dtype" : "answer_wire_dtype", ": ",
+        std::string(FloatFormatName(format != FloatFormat::kFloat32 ? format : answer_format)),
+        " needs raw = true (only raw bytes carry a dtype)"));
+  }
   v1::AttendRequest request;
   request.set_model(std::string(model));
-  if (absl::Status status = FillTensor("input", input, options.raw, request.mutable_input());
+  if (absl::Status status =
+          FillTensor("input", input, options.raw, format, request.mutable_input());
       !status.ok()) {
     return status;
   }
   if (options.memory) {
     if (absl::Status status =
-            FillTensor("memory", *options.memory, options.raw, request.mutable_memory());
+            FillTensor("memory", *options.memory, options.raw, format, request.mutable_memory());
         !status.ok()) {
       return status;
     }
   }
   if (options.attn_mask) {
-    if (absl::Status status =
-            FillTensor("attn_mask", *options.attn_mask, options.raw, request.mutable_attn_mask());
+    if (absl::Status status = FillTensor("attn_mask", *options.attn_mask, options.raw, format,
+                                         request.mutable_attn_mask());
         !status.ok()) {
       return status;
     }
@@ -91,6 +119,7 @@ absl::StatusOr<v1::AttendRequest> MakeAttendRequest(std::string_view model, Tens
   for (bool head : options.head_mask) request.add_head_mask(head);
   request.set_return_weights(options.return_weights);
   request.set_raw_output(options.raw);
+  request.set_raw_output_dtype(static_cast<v1::DataType>(answer_format));
   request.set_request_id(options.request_id);
   return request;
 }
@@ -105,6 +134,7 @@ absl::StatusOr<AttendResult> ReadAttendResponse(const v1::AttendResponse& respon
     if (!weights.ok()) return weights.status();
     result.weights = *std::move(weights);
   }
+  result.response_bytes = static_cast<int64_t>(response.ByteSizeLong());
   result.model = response.model();
   result.model_version = response.model_version();
   result.request_id = response.request_id();

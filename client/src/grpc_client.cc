@@ -42,7 +42,10 @@ class GrpcClient final : public Client {
     const grpc::Status status = stub_->Attend(&context, *request, &response);
     if (!status.ok()) return internal::FromGrpc(status);
     absl::StatusOr<AttendResult> result = internal::ReadAttendResponse(response);
-    if (result.ok()) result->latency = Since(start);
+    if (result.ok()) {
+      result->latency = Since(start);
+      result->request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+    }
     return result;
   }
 
@@ -75,7 +78,10 @@ class GrpcClient final : public Client {
           absl::StatusOr<AttendResult> result = status.ok()
                                                     ? internal::ReadAttendResponse(owned->response)
                                                     : internal::FromGrpc(status);
-          if (result.ok()) result->latency = Since(owned->start);
+          if (result.ok()) {
+            result->latency = Since(owned->start);
+            result->request_bytes = static_cast<int64_t>(owned->request.ByteSizeLong());
+          }
           owned->done(std::move(result));
         });
   }

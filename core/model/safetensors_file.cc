@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "core/model/half_float.h"
 #include "core/model/json_text.h"
 #include "core/util/checked_math.h"
+#include "core/util/half_float.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::model {

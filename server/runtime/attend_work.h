@@ -14,6 +14,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "core/model/model.h"
+#include "core/util/float_format.h"
 
 namespace attnserve::server {
 
@@ -48,6 +49,8 @@ struct AttendWork {
   int64_t padded_query_length = 0;   // T of the input tensor
   int64_t padded_memory_length = 0;  // S of the memory tensor (or T for self-attention)
   bool raw_output = false;
+  // With raw_output: the encoding of the answer's raw bytes (output and weights).
+  FloatFormat raw_output_format = FloatFormat::kFloat32;
   std::string request_id;
   // The server's own warm-up pass (model_router.cc), not a client's request: kept out of metrics.
   bool warm_up = false;

@@ -3,6 +3,7 @@
 #include "attnserve/client/client.h"
 
 #include <atomic>
+#include <cmath>
 #include <future>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/client/infer_client.h"
+#include "core/util/float_format.h"
 #include "core/util/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -61,6 +63,63 @@ TEST_F(ClientTest, AttendEqualsTheCoreWithRawAndWithValues) {
     EXPECT_EQ(result->timing.batch_tokens, 5);
     EXPECT_GT(result->latency.count(), 0);
   }
+}
+
+TEST_F(ClientTest, SixteenBitWireHalvesTheBytesAndAnswersInFloat32) {
+  StartWith();
+  const int64_t rows = 64;
+  const std::vector<float> input = TestValues(rows * kSmallWidth, 5);
+  const ac::AttendOptions fp32_options{.return_weights = true};
+  absl::StatusOr<ac::AttendResult> fp32 =
+      client().Attend(kSmallModel, {input, {rows, kSmallWidth}}, fp32_options);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  for (ac::WireDtype dtype : {ac::WireDtype::kBFloat16, ac::WireDtype::kFloat16}) {
+    SCOPED_TRACE(std::string(ac::WireDtypeName(dtype)));
+    const FloatFormat format =
+        dtype == ac::WireDtype::kBFloat16 ? FloatFormat::kBFloat16 : FloatFormat::kFloat16;
+    const double unit_roundoff = std::ldexp(1.0, dtype == ac::WireDtype::kBFloat16 ? -8 : -11);
+    ac::AttendOptions options = fp32_options;
+    options.wire_dtype = dtype;
+    options.answer_wire_dtype = dtype;
+    absl::StatusOr<ac::AttendResult> half =
+        client().Attend(kSmallModel, {input, {rows, kSmallWidth}}, options);
+    ASSERT_TRUE(half.ok()) << half.status();
+    // The server saw the rounded input; the answer is its float32 answer rounded once.
+    std::string bytes(input.size() * 2, '\0');
+    EncodeFloats(input, format, bytes.data());
+    std::vector<float> rounded(input.size());
+    DecodeFloats(bytes.data(), static_cast<int64_t>(input.size()), format, rounded.data());
+    const std::vector<float> expected = Expected(kSmallModel, rounded);
+    ASSERT_EQ(half->output.data.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_LE(std::fabs(half->output.data[i] - expected[i]),
+                unit_roundoff * std::fabs(expected[i]) + 1e-5)
+          << i;
+    }
+    ASSERT_TRUE(half->weights.has_value());
+    EXPECT_EQ(half->weights->shape, fp32->weights->shape);
+    // Half the bytes each way, to within the messages' few bytes of fields.
+    EXPECT_NEAR(static_cast<double>(half->request_bytes) / static_cast<double>(fp32->request_bytes),
+                0.5, 0.02);
+    EXPECT_NEAR(
+        static_cast<double>(half->response_bytes) / static_cast<double>(fp32->response_bytes), 0.5,
+        0.02);
+  }
+  EXPECT_GT(fp32->request_bytes, rows * kSmallWidth * 4);
+  EXPECT_GT(fp32->response_bytes, rows * kSmallWidth * 4);
+}
+
+TEST_F(ClientTest, SixteenBitWireNeedsRaw) {
+  StartWith();
+  const std::vector<float> input = TestValues(2 * kSmallWidth, 6);
+  absl::StatusOr<ac::AttendResult> result =
+      client().Attend(kSmallModel, {input, {2, kSmallWidth}},
+                      {.raw = false, .wire_dtype = ac::WireDtype::kFloat16});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("wire_dtype: f16 needs raw = true"));
+  result = client().Attend(kSmallModel, {input, {2, kSmallWidth}},
+                           {.raw = false, .answer_wire_dtype = ac::WireDtype::kBFloat16});
+  EXPECT_THAT(result.status().message(), HasSubstr("answer_wire_dtype: bf16 needs raw = true"));
 }
 
 TEST_F(ClientTest, WeightsComeBackPerHead) {

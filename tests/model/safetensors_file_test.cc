@@ -20,8 +20,8 @@
 
 #include "absl/status/status.h"
 #include "core/model/file_bytes.h"
-#include "core/model/half_float.h"
 #include "core/model/safetensors_writer.h"
+#include "core/util/half_float.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_folder.h"

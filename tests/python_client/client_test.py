@@ -85,6 +85,34 @@ class PackageTest(unittest.TestCase):
         mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
         np.testing.assert_allclose(causal, self.local(x, attn_mask=mask)[0], atol=1e-4)
 
+    def test_wire_dtypes(self):
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((2, 6, D_MODEL)).astype(np.float32)
+        output, weights = self.client.attend(x, return_weights=True)
+        for name, unit_roundoff in (("bf16", 2.0 ** -8), ("f16", 2.0 ** -11)):
+            with self.subTest(name):
+                half, half_weights = self.client.attend(x, return_weights=True, wire_dtype=name)
+                self.assertEqual(half.dtype, np.float32)
+                # Input and answer rounded: within 4u of the largest output (as the C++ tests).
+                bound = 4 * unit_roundoff * np.abs(output).max()
+                self.assertLessEqual(np.abs(half - output).max(), bound)
+                self.assertLessEqual(np.abs(half_weights - weights).max(), 4 * unit_roundoff)
+        # The encodings themselves, on exact known values: ties to even, NaN, overflow.
+        client_module = importlib.import_module("attnserve.client")
+        pb = client_module.pb
+        values = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, np.nan, 70000.0, 2 ** -25], np.float32)
+        bf16 = np.frombuffer(client_module._encode(values, pb.DATA_TYPE_BF16), "<u2")
+        self.assertEqual(list(bf16[[0, 1, 3]]), [0x3F80, 0x3F82, 0x4789])
+        self.assertEqual(bf16[2] & 0x7FC0, 0x7FC0)  # a quiet NaN
+        f16 = np.frombuffer(client_module._encode(values, pb.DATA_TYPE_FP16), "<u2")
+        self.assertEqual(list(f16[[0, 3, 4]]), [0x3C04, 0x7C00, 0x0000])  # 1 + 2^-8 is exact
+        tensor = pb.Tensor(shape=[5], raw=bf16.tobytes(), dtype=pb.DATA_TYPE_BF16)
+        decoded = client_module._decode(tensor)
+        self.assertEqual(decoded.dtype, np.float32)
+        self.assertEqual(list(decoded[[0, 1, 3]]), [1.0, 1 + 2 ** -6, 70144.0])
+        with self.assertRaises(ValueError):
+            self.client.attend(x, wire_dtype="f64")
+
     def test_variable_lengths(self):
         rng = np.random.default_rng(2)
         sequences = [rng.standard_normal((n, D_MODEL)).astype(np.float32) for n in (3, 7, 1)]

@@ -1,6 +1,8 @@
 """Client and AsyncClient: attnserve.v1's Attend, ListModels, GetModel and gRPC health.
 
-Tensors travel as raw little-endian float32 bytes (Tensor.raw). A list of [T_i, d] arrays is sent
+Tensors travel as raw little-endian bytes (Tensor.raw): float32, or with wire_dtype "bf16" / "f16"
+at 2 bytes per element both ways (rounded to nearest, ties to even; answers come back as float32
+arrays whatever the wire carried). A list of [T_i, d] arrays is sent
 as one padded [B, max T, d] request with lengths, and answered as a list again. Calls that fail
 with UNAVAILABLE or RESOURCE_EXHAUSTED (server busy, restarting, draining) are retried with
 exponential backoff, `retries` times at most, within the call's deadline.
@@ -47,15 +49,50 @@ def _model_info(info):
                      info.version, info.is_default, info.max_sequence_length)
 
 
-def _fill_tensor(tensor, array, name):
-    """Writes `array` into the request's pb.Tensor field `tensor` in place (a CopyFrom of a
-    separate message would copy the raw bytes once more)."""
+_WIRE_DTYPES = {"fp32": pb.DATA_TYPE_FP32, "bf16": pb.DATA_TYPE_BF16, "f16": pb.DATA_TYPE_FP16}
+
+
+def _wire_dtype(name):
+    if name not in _WIRE_DTYPES:
+        raise ValueError(f"wire_dtype: expected one of fp32, bf16, f16, got {name!r}")
+    return _WIRE_DTYPES[name]
+
+
+def _encode(array, dtype):
+    """float32 `array` as raw bytes of `dtype` (round to nearest, ties to even)."""
+    if dtype == pb.DATA_TYPE_FP16:
+        return array.astype("<f2").tobytes()
+    if dtype == pb.DATA_TYPE_BF16:
+        # numpy has no bfloat16: round the float32 bits (uint32 wraps only for NaNs, fixed below).
+        bits = array.view("<u4")
+        rounded = ((bits + (0x7FFF + ((bits >> 16) & 1))) >> 16).astype("<u2")
+        nan = np.isnan(array)
+        rounded[nan] = ((bits[nan] >> 16) | 0x40).astype("<u2")  # stays a (quiet) NaN
+        return rounded.tobytes()
+    return array.tobytes()
+
+
+def _decode(tensor):
+    """A raw answer tensor as a float32 array of its shape, whatever its dtype."""
+    if tensor.dtype == pb.DATA_TYPE_FP16:
+        values = np.frombuffer(tensor.raw, dtype="<f2").astype(np.float32)
+    elif tensor.dtype == pb.DATA_TYPE_BF16:
+        values = (np.frombuffer(tensor.raw, dtype="<u2").astype("<u4") << 16).view("<f4")
+    else:
+        values = np.frombuffer(tensor.raw, dtype="<f4").copy()
+    return values.reshape(tuple(tensor.shape))
+
+
+def _fill_tensor(tensor, array, name, dtype=pb.DATA_TYPE_FP32):
+    """Writes `array` into the request's pb.Tensor field `tensor` in place, as raw bytes of `dtype`
+    (a CopyFrom of a separate message would copy the raw bytes once more)."""
     array = np.asarray(array)
     if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
         raise TypeError(f"{name}: expected a numeric array, got dtype {array.dtype}")
     array = np.ascontiguousarray(array, dtype="<f4")
     tensor.shape.extend(array.shape)
-    tensor.raw = array.tobytes()
+    tensor.raw = _encode(array, dtype)
+    tensor.dtype = dtype
 
 
 def _pad(sequences, name):
@@ -80,18 +117,19 @@ class _Call:
 
 
 def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weights, lengths,
-                    memory_lengths, request_id):
+                    memory_lengths, request_id, wire_dtype="fp32"):
+    dtype = _wire_dtype(wire_dtype)
     request = pb.AttendRequest(model=model, raw_output=True, request_id=request_id,
-                               return_weights=return_weights,
+                               return_weights=return_weights, raw_output_dtype=dtype,
                                mask=pb.MASK_CAUSAL if causal else pb.MASK_NONE)
     listed = isinstance(x, (list, tuple))
     if listed:
         x, lengths = _pad(x, "x")
         if isinstance(memory, (list, tuple)):
             memory, memory_lengths = _pad(memory, "memory")
-    _fill_tensor(request.input, x, "x")
+    _fill_tensor(request.input, x, "x", dtype)
     if memory is not None:
-        _fill_tensor(request.memory, memory, "memory")
+        _fill_tensor(request.memory, memory, "memory", dtype)
     if lengths is not None:
         request.lengths.extend(int(n) for n in lengths)
     if memory_lengths is not None:
@@ -105,11 +143,8 @@ def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weigh
 
 
 def _answer(call, response, return_weights):
-    def array(tensor):
-        return np.frombuffer(tensor.raw, dtype="<f4").reshape(tuple(tensor.shape)).copy()
-
-    output = array(response.output)
-    weights = array(response.weights) if return_weights else None
+    output = _decode(response.output)
+    weights = _decode(response.weights) if return_weights else None
     if call.lengths is not None:
         memory_lengths = list(call.request.memory_lengths) or call.lengths
         output = [output[i, :n] for i, n in enumerate(call.lengths)]
@@ -207,11 +242,12 @@ class Client:
     carry when it is not the target's host (an IP, a load balancer). The files are read here; a
     missing or unreadable one, or an incomplete set, raises ValueError naming the argument.
     credentials: ready-made grpc.ChannelCredentials instead of the tls_* arguments.
+    wire_dtype: "fp32" (default), "bf16" or "f16": the raw encoding of tensors both ways.
     """
 
     def __init__(self, target, model="", timeout_s=None, retries=3, backoff_s=0.05,
                  credentials=None, options=(), tls_ca=None, tls_cert_chain=None,
-                 tls_private_key=None, tls_server_name=None):
+                 tls_private_key=None, tls_server_name=None, wire_dtype="fp32"):
         credentials, opts = _channel_settings(credentials, options, tls_ca, tls_cert_chain,
                                               tls_private_key, tls_server_name)
         self._tls = credentials is not None
@@ -221,6 +257,8 @@ class Client:
         self._health = self._channel.unary_unary(_HEALTH_CHECK)
         self.model = model
         self.timeout_s = timeout_s
+        _wire_dtype(wire_dtype)
+        self.wire_dtype = wire_dtype
         self._retry = _Retrying(retries, backoff_s)
 
     def _call(self, method, request, timeout_s):
@@ -238,14 +276,15 @@ class Client:
 
     def attend(self, x, memory=None, causal=False, attn_mask=None, head_mask=None,
                return_weights=False, lengths=None, memory_lengths=None, model=None,
-               timeout_s=None, request_id=""):
+               timeout_s=None, request_id="", wire_dtype=None):
         """Attention over x ([T, d], [B, T, d], or a list of [T_i, d]); returns the output in
         x's form, or (output, weights) when return_weights. memory: cross-attention keys/values
         (same form as x). attn_mask: [T, S] / [B, T, S], non-zero = may attend. head_mask: one
-        flag per head."""
+        flag per head. wire_dtype: "fp32", "bf16" or "f16" for this call (default: the
+        client's)."""
         call = _attend_request(self.model if model is None else model, x, memory, causal,
                                attn_mask, head_mask, return_weights, lengths, memory_lengths,
-                               request_id)
+                               request_id, wire_dtype or self.wire_dtype)
         response = self._call(self._stub.Attend, call.request, timeout_s)
         return _answer(call, response, return_weights)
 
@@ -279,7 +318,7 @@ class AsyncClient:
 
     def __init__(self, target, model="", timeout_s=None, retries=3, backoff_s=0.05,
                  credentials=None, options=(), tls_ca=None, tls_cert_chain=None,
-                 tls_private_key=None, tls_server_name=None):
+                 tls_private_key=None, tls_server_name=None, wire_dtype="fp32"):
         credentials, opts = _channel_settings(credentials, options, tls_ca, tls_cert_chain,
                                               tls_private_key, tls_server_name)
         self._tls = credentials is not None
@@ -289,6 +328,8 @@ class AsyncClient:
         self._health = self._channel.unary_unary(_HEALTH_CHECK)
         self.model = model
         self.timeout_s = timeout_s
+        _wire_dtype(wire_dtype)
+        self.wire_dtype = wire_dtype
         self._retry = _Retrying(retries, backoff_s)
 
     async def _call(self, method, request, timeout_s):
@@ -306,10 +347,10 @@ class AsyncClient:
 
     async def attend(self, x, memory=None, causal=False, attn_mask=None, head_mask=None,
                      return_weights=False, lengths=None, memory_lengths=None, model=None,
-                     timeout_s=None, request_id=""):
+                     timeout_s=None, request_id="", wire_dtype=None):
         call = _attend_request(self.model if model is None else model, x, memory, causal,
                                attn_mask, head_mask, return_weights, lengths, memory_lengths,
-                               request_id)
+                               request_id, wire_dtype or self.wire_dtype)
         response = await self._call(self._stub.Attend, call.request, timeout_s)
         return _answer(call, response, return_weights)
 

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "attnserve/v1/attention.pb.h"
+#include "core/util/float_format.h"
 
 namespace attnserve::server::conversion_internal {
 
@@ -17,6 +19,18 @@ namespace attnserve::server::conversion_internal {
 static_assert(std::endian::native == std::endian::little);
 
 inline constexpr int64_t kFloatBytes = sizeof(float);
+
+// FloatFormat's numbers are the DataType numbers (core/util/float_format.h).
+static_assert(static_cast<int>(FloatFormat::kFloat32) == v1::DATA_TYPE_FP32 &&
+              static_cast<int>(FloatFormat::kBFloat16) == v1::DATA_TYPE_BF16 &&
+              static_cast<int>(FloatFormat::kFloat16) == v1::DATA_TYPE_FP16 &&
+              v1::DataType_MAX == v1::DATA_TYPE_FP16);
+
+// The format of a Tensor.raw with this dtype, or nullopt for a number the proto does not define
+// (an open enum lets any int32 through).
+inline std::optional<FloatFormat> FormatOf(int dtype) { return FloatFormatNumbered(dtype); }
+
+inline v1::DataType DataTypeOf(FloatFormat format) { return static_cast<v1::DataType>(format); }
 
 template <typename... Pieces>
 absl::Status Invalid(const Pieces&... pieces) {

@@ -14,6 +14,7 @@
 #include "core/attention_config.h"
 #include "core/finite_values.h"
 #include "core/util/checked_math.h"
+#include "core/util/float_format.h"
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/attnserve_v1/conversion_internal.h"
 
@@ -47,10 +48,19 @@ std::string Position(bool batched, int64_t sequence, int64_t row, int64_t column
   return absl::StrCat("[", sequence, ", ", row, ", ", column, "]");
 }
 
-// The bytes of a checked tensor's floats, whichever of values / raw holds them.
-const char* FloatBytes(const v1::Tensor& tensor) {
-  if (!tensor.raw().empty()) return tensor.raw().data();
-  return reinterpret_cast<const char*>(tensor.values().data());
+// A checked tensor's elements as bytes, whichever of values / raw holds them, and their encoding.
+struct FloatData {
+  const char* bytes;
+  FloatFormat format;
+  int64_t element_bytes() const { return FloatFormatBytes(format); }
+};
+
+FloatData DataOf(const v1::Tensor& tensor) {
+  if (tensor.raw().empty()) {
+    return {reinterpret_cast<const char*>(tensor.values().data()), FloatFormat::kFloat32};
+  }
+  // CheckData has refused unknown dtypes.
+  return {tensor.raw().data(), *conversion_internal::FormatOf(tensor.dtype())};
 }
 
 absl::Status CheckDimsPositive(const std::string& name, const v1::Tensor& tensor) {
@@ -62,8 +72,8 @@ absl::Status CheckDimsPositive(const std::string& name, const v1::Tensor& tensor
   return absl::OkStatus();
 }
 
-// Exactly one of values / raw, raw a whole number of floats, and as many floats as the shape
-// (already checked: every dim > 0) implies.
+// Exactly one of values / raw, raw in a known dtype (and values with the default one), and as many
+// elements as the shape (already checked: every dim > 0) implies.
 absl::Status CheckData(const std::string& name, const v1::Tensor& tensor) {
   const bool has_values = tensor.values_size() > 0;
   const bool has_raw = !tensor.raw().empty();
@@ -73,29 +83,35 @@ absl::Status CheckData(const std::string& name, const v1::Tensor& tensor) {
                                              tensor.raw().size(), " raw bytes)")
                               : "neither");
   }
-  if (has_raw && tensor.raw().size() % kFloatBytes != 0) {
-    return Invalid(name, ".raw: expected a multiple of 4 bytes (little-endian float32), got ",
-                   tensor.raw().size(), " bytes");
+  const std::optional<FloatFormat> format = conversion_internal::FormatOf(tensor.dtype());
+  if (!format) {
+    return Invalid(name, ".dtype: expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1) or ",
+                   "DATA_TYPE_FP16 (2), got ", static_cast<int>(tensor.dtype()));
   }
-  const uint64_t count = has_raw ? tensor.raw().size() / kFloatBytes : tensor.values_size();
-  // Dividing before multiplying keeps every partial product <= count, so no shape overflows.
-  uint64_t product = 1;
-  bool matches = true;
-  for (int64_t dim : tensor.shape()) {
-    if (static_cast<uint64_t>(dim) > count / product) {
-      matches = false;
-      break;
+  if (has_values && *format != FloatFormat::kFloat32) {
+    return Invalid(name, ".dtype: expected DATA_TYPE_FP32 with values (dtype encodes raw), got ",
+                   v1::DataType_Name(tensor.dtype()));
+  }
+  const std::optional<int64_t> elements =
+      CheckedProduct(std::span<const int64_t>(tensor.shape().data(), tensor.shape_size()));
+  if (has_raw) {
+    const int64_t element_bytes = FloatFormatBytes(*format);
+    const std::optional<int64_t> expected =
+        elements ? CheckedProduct({*elements, element_bytes}) : std::nullopt;
+    if (expected && *expected == static_cast<int64_t>(tensor.raw().size())) {
+      return absl::OkStatus();
     }
-    product *= static_cast<uint64_t>(dim);
+    return Invalid(name, ".raw: expected ",
+                   expected ? absl::StrCat(*expected) : std::string("more than 2^63"), " bytes (",
+                   elements ? absl::StrCat(*elements) : std::string("more than 2^63"), " ",
+                   v1::DataType_Name(tensor.dtype()), " elements of shape ", FormatShape(tensor),
+                   ", ", element_bytes, " bytes each), got ", tensor.raw().size(), " bytes");
   }
-  if (matches && product == count) return absl::OkStatus();
-  int64_t expected = 1;
-  bool overflow = false;
-  for (int64_t dim : tensor.shape())
-    overflow = overflow || __builtin_mul_overflow(expected, dim, &expected);
-  return Invalid(name, has_raw ? ".raw" : ".values", ": expected ",
-                 overflow ? "more than 2^63" : absl::StrCat(expected),
-                 " elements (the product of shape ", FormatShape(tensor), "), got ", count);
+  if (elements && *elements == tensor.values_size()) return absl::OkStatus();
+  return Invalid(name, ".values: expected ",
+                 elements ? absl::StrCat(*elements) : std::string("more than 2^63"),
+                 " elements (the product of shape ", FormatShape(tensor), "), got ",
+                 tensor.values_size());
 }
 
 // The first lengths[b] rows of every padded [padded, width] block of `tensor`, packed row-wise.
@@ -104,11 +120,12 @@ std::vector<float> PackRows(const v1::Tensor& tensor, const std::vector<int64_t>
   int64_t rows = 0;
   for (int64_t length : lengths) rows += length;
   std::vector<float> packed(static_cast<size_t>(rows * width));
-  const char* source = FloatBytes(tensor);
+  const FloatData source = DataOf(tensor);
   float* destination = packed.data();
   for (size_t b = 0; b < lengths.size(); ++b) {
     const int64_t block = static_cast<int64_t>(b) * padded * width;
-    std::memcpy(destination, source + block * kFloatBytes, lengths[b] * width * kFloatBytes);
+    DecodeFloats(source.bytes + block * source.element_bytes(), lengths[b] * width, source.format,
+                 destination);
     destination += lengths[b] * width;
   }
   return packed;
@@ -281,6 +298,17 @@ absl::Status CheckOptions(const ParseState& state) {
     if (auto s = CheckAttnMaskShape(state, state.request.attn_mask()); !s.ok()) return s;
     if (auto s = CheckData("attn_mask", state.request.attn_mask()); !s.ok()) return s;
   }
+  const std::optional<FloatFormat> output_format =
+      conversion_internal::FormatOf(state.request.raw_output_dtype());
+  if (!output_format) {
+    return Invalid("raw_output_dtype: expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1) or ",
+                   "DATA_TYPE_FP16 (2), got ", static_cast<int>(state.request.raw_output_dtype()));
+  }
+  if (*output_format != FloatFormat::kFloat32 && !state.request.raw_output()) {
+    return Invalid("raw_output_dtype: expected DATA_TYPE_FP32 without raw_output (it encodes the ",
+                   "answer's raw bytes), got ",
+                   v1::DataType_Name(state.request.raw_output_dtype()));
+  }
   const int heads = state.request.head_mask_size();
   if (heads != 0 && heads != state.num_heads) {
     return Invalid("head_mask: expected none or ", state.num_heads, " entries (num_heads ",
@@ -311,7 +339,7 @@ absl::Status CheckResponseSize(const ParseState& state) {
 // attn_mask, checked finite on its valid entries, as one [T_i, S_i] block per sequence.
 absl::StatusOr<std::vector<uint8_t>> PackAttnMask(const ParseState& state) {
   const v1::Tensor& tensor = state.request.attn_mask();
-  const char* source = FloatBytes(tensor);
+  const FloatData source = DataOf(tensor);
   const int64_t t_pad = state.query_length;
   const int64_t s_pad = state.memory_length;
   std::vector<float> row(static_cast<size_t>(s_pad));
@@ -324,7 +352,8 @@ absl::StatusOr<std::vector<uint8_t>> PackAttnMask(const ParseState& state) {
   for (int64_t b = 0; b < state.batch; ++b) {
     const int64_t keys = state.memory_lengths[b];
     for (int64_t t = 0; t < state.query_lengths[b]; ++t) {
-      std::memcpy(row.data(), source + ((b * t_pad + t) * s_pad) * kFloatBytes, keys * kFloatBytes);
+      DecodeFloats(source.bytes + ((b * t_pad + t) * s_pad) * source.element_bytes(), keys,
+                   source.format, row.data());
       const int64_t bad = core::FindNonFinite(std::span(row.data(), keys));
       if (bad >= 0) {
         return Invalid("attn_mask", Position(state.batched, b, t, bad),
@@ -393,6 +422,7 @@ absl::StatusOr<AttendWork> ParseAttendRequest(const v1::AttendRequest& request,
   work.padded_query_length = state.query_length;
   work.padded_memory_length = state.memory_length;
   work.raw_output = request.raw_output();
+  work.raw_output_format = *conversion_internal::FormatOf(request.raw_output_dtype());
   work.request_id = request.request_id();
   work.model = std::move(model);
   return work;

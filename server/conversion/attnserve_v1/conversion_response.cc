@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention_config.h"
 #include "core/util/checked_math.h"
+#include "core/util/float_format.h"
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/attnserve_v1/conversion_internal.h"
 #include "server/conversion/grpc_status.h"
@@ -24,11 +25,17 @@ using ::attnserve::CheckedProduct;
 using conversion_internal::Internal;
 using conversion_internal::kFloatBytes;
 
-// Bytes for `count` zeroed floats in `tensor`, in raw or values.
-char* AllocateFloats(v1::Tensor* tensor, int64_t count, bool raw) {
-  if (raw) {
+// The encoding of the answer's tensors: raw_output_format in raw, float32 in values.
+FloatFormat AnswerFormat(const AttendWork& work) {
+  return work.raw_output ? work.raw_output_format : FloatFormat::kFloat32;
+}
+
+// Bytes for `count` zeroed elements in `tensor`: raw (with its dtype set) or values.
+char* AllocateFloats(v1::Tensor* tensor, int64_t count, const AttendWork& work) {
+  if (work.raw_output) {
+    tensor->set_dtype(conversion_internal::DataTypeOf(work.raw_output_format));
     std::string* bytes = tensor->mutable_raw();
-    bytes->assign(static_cast<size_t>(count * kFloatBytes), '\0');
+    bytes->assign(static_cast<size_t>(count * FloatFormatBytes(work.raw_output_format)), '\0');
     return bytes->data();
   }
   google::protobuf::RepeatedField<float>* values = tensor->mutable_values();
@@ -81,13 +88,18 @@ absl::Status CheckResultShape(const AttendWork& work, const AttendResult& result
   return absl::OkStatus();
 }
 
-// Sets the tensor's values or raw bytes to `source` in one copy (no zero-fill first).
-void AssignFloats(std::span<const float> source, bool raw, v1::Tensor* tensor) {
-  if (raw) {
+// Sets the tensor's values or raw bytes to `source` in one pass (no zero-fill first).
+void AssignFloats(std::span<const float> source, const AttendWork& work, v1::Tensor* tensor) {
+  if (!work.raw_output) {
+    tensor->mutable_values()->Add(source.begin(), source.end());
+  } else if (work.raw_output_format == FloatFormat::kFloat32) {
     tensor->mutable_raw()->assign(reinterpret_cast<const char*>(source.data()),
                                   source.size_bytes());
   } else {
-    tensor->mutable_values()->Add(source.begin(), source.end());
+    tensor->set_dtype(conversion_internal::DataTypeOf(work.raw_output_format));
+    std::string* bytes = tensor->mutable_raw();
+    bytes->resize(source.size() * static_cast<size_t>(FloatFormatBytes(work.raw_output_format)));
+    EncodeFloats(source, work.raw_output_format, bytes->data());
   }
 }
 
@@ -108,14 +120,16 @@ void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* 
   tensor->add_shape(t_pad);
   tensor->add_shape(d);
   if (Unpadded(work)) {
-    AssignFloats(result.output, work.raw_output, tensor);
+    AssignFloats(result.output, work, tensor);
     return;
   }
-  char* destination = AllocateFloats(tensor, work.sequences() * t_pad * d, work.raw_output);
+  char* destination = AllocateFloats(tensor, work.sequences() * t_pad * d, work);
+  const FloatFormat format = AnswerFormat(work);
   const float* source = result.output.data();
   for (int64_t b = 0; b < work.sequences(); ++b) {
     const int64_t floats = work.query_lengths[b] * d;
-    std::memcpy(destination + b * t_pad * d * kFloatBytes, source, floats * kFloatBytes);
+    EncodeFloats({source, static_cast<size_t>(floats)}, format,
+                 destination + b * t_pad * d * FloatFormatBytes(format));
     source += floats;
   }
 }
@@ -130,17 +144,18 @@ void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor*
   if (work.batched) tensor->add_shape(work.sequences());
   for (int64_t dim : {heads, t_pad, s_pad}) tensor->add_shape(dim);
   if (Unpadded(work)) {
-    AssignFloats(result.weights, work.raw_output, tensor);
+    AssignFloats(result.weights, work, tensor);
     return;
   }
-  char* destination =
-      AllocateFloats(tensor, work.sequences() * heads * t_pad * s_pad, work.raw_output);
+  char* destination = AllocateFloats(tensor, work.sequences() * heads * t_pad * s_pad, work);
+  const FloatFormat format = AnswerFormat(work);
   const float* source = result.weights.data();
   for (int64_t b = 0; b < work.sequences(); ++b) {
     for (int64_t head = 0; head < heads; ++head) {
       for (int64_t t = 0; t < work.query_lengths[b]; ++t) {
         const int64_t row = ((b * heads + head) * t_pad + t) * s_pad;
-        std::memcpy(destination + row * kFloatBytes, source, keys[b] * kFloatBytes);
+        EncodeFloats({source, static_cast<size_t>(keys[b])}, format,
+                     destination + row * FloatFormatBytes(format));
         source += keys[b];
       }
     }

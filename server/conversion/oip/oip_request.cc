@@ -41,8 +41,8 @@ struct TensorKind {
   absl::string_view name;
   absl::string_view datatypes;  // accepted, for messages
 };
-constexpr TensorKind kInputKinds[] = {{"input", "FP32"},
-                                      {"memory", "FP32"},
+constexpr TensorKind kInputKinds[] = {{"input", "FP32, BF16 or FP16"},
+                                      {"memory", "FP32, BF16 or FP16"},
                                       {"lengths", "INT32"},
                                       {"memory_lengths", "INT32"},
                                       {"attn_mask", "BOOL or UINT8"}};
@@ -97,12 +97,28 @@ absl::Status CheckDatatype(const InputTensor& tensor, absl::string_view expected
                  tensor.datatype(), "\"");
 }
 
-// FP32 `input` / `memory` into a v1 tensor, moving the data.
+// `input` / `memory` into a v1 tensor, moving the data: FP32, or BF16 / FP16 in
+// raw_input_contents (the protocol has no typed contents for them), widened by
+// ParseAttendRequest as attnserve.v1's Tensor.raw with that dtype.
 absl::Status ToFloatTensor(const TensorData& data, v1::Tensor* out) {
-  if (auto s = CheckDatatype(*data.tensor, "FP32"); !s.ok()) return s;
+  const std::string& type = data.tensor->datatype();
+  const v1::DataType dtype = type == "BF16"   ? v1::DATA_TYPE_BF16
+                             : type == "FP16" ? v1::DATA_TYPE_FP16
+                                              : v1::DATA_TYPE_FP32;
+  if (dtype == v1::DATA_TYPE_FP32) {
+    if (auto s = CheckDatatype(*data.tensor, "FP32"); !s.ok()) {
+      return Invalid(TensorName(data.tensor->name()), ".datatype: expected FP32, BF16 or FP16, ",
+                     "got \"", type, "\"");
+    }
+  } else if (data.raw == nullptr) {
+    return Invalid(TensorName(data.tensor->name()), ".datatype: expected FP32 in contents (", type,
+                   " only in raw_input_contents), got \"", type, "\"");
+  }
   if (data.raw != nullptr) {
-    if (auto s = CheckRawSize(data, 4); !s.ok()) return s;
+    const int element_bytes = dtype == v1::DATA_TYPE_FP32 ? 4 : 2;
+    if (auto s = CheckRawSize(data, element_bytes); !s.ok()) return s;
     out->mutable_raw()->swap(*data.raw);
+    out->set_dtype(dtype);
   } else {
     auto* values = data.tensor->mutable_contents()->mutable_fp32_contents();
     if (auto s = CheckTypedCount(data, "fp32_contents", values->size()); !s.ok()) return s;

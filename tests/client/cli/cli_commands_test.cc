@@ -172,6 +172,55 @@ TEST_F(CliCommandsTest, AttendRejectsAnUnsupportedDtypeNamingIt) {
   EXPECT_THAT(run.err, HasSubstr("'<i4'"));
 }
 
+TEST_F(CliCommandsTest, AttendWireDtypeGivesTheLibrarysSixteenBitAnswer) {
+  for (const auto& [name, dtype] : {std::pair{"bf16", client::WireDtype::kBFloat16},
+                                    std::pair{"f16", client::WireDtype::kFloat16}}) {
+    SCOPED_TRACE(name);
+    const std::string out_path = (temp_.path() / absl::StrCat(name, ".npy")).string();
+    const CliRun run = Run({"attend", "--model", "small", "--random", "6", "--seed", "3",
+                            "--wire-dtype", name, "--out", out_path});
+    ASSERT_EQ(run.code, 0) << run.err;
+    absl::StatusOr<client::Tensor> output = cli::ReadNpy(out_path);
+    ASSERT_TRUE(output.ok()) << output.status();
+    absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Create(Target());
+    ASSERT_TRUE(client.ok()) << client.status();
+    const std::vector<float> input = cli::RandomValues(6 * kSmallWidth, 3);
+    client::AttendOptions options;
+    options.wire_dtype = dtype;
+    options.answer_wire_dtype = dtype;
+    absl::StatusOr<client::AttendResult> expected =
+        (*client)->Attend("small", {input, {6, kSmallWidth}}, options);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_THAT(output->data, ElementsAreArray(expected->output.data));
+  }
+  const CliRun bad = Run({"attend", "--model", "small", "--random", "2", "--wire-dtype", "f64"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--wire-dtype"));
+}
+
+TEST_F(CliCommandsTest, BenchWireDtypeHalvesTheReportedBytes) {
+  double request_bytes[2], response_bytes[2];
+  int i = 0;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const CliRun run = Run({"bench", "--model", "small", "--requests", "20", "--seq-len", "64",
+                            "--wire-dtype", dtype, "--json", "-q"});
+    ASSERT_EQ(run.code, 0) << run.err << run.out;
+    const nlohmann::json report = nlohmann::json::parse(run.out);
+    EXPECT_EQ(report["ok"], 20);
+    EXPECT_EQ(report["wire_dtype"], dtype);
+    request_bytes[i] = report["wire_bytes"]["mean_request"].get<double>();
+    response_bytes[i] = report["wire_bytes"]["mean_response"].get<double>();
+    ++i;
+  }
+  EXPECT_GT(request_bytes[0], 64 * kSmallWidth * 4);
+  EXPECT_NEAR(request_bytes[1] / request_bytes[0], 0.5, 0.02);
+  EXPECT_NEAR(response_bytes[1] / response_bytes[0], 0.5, 0.02);
+  const CliRun text =
+      Run({"bench", "--model", "small", "--requests", "5", "--wire-dtype", "f16", "-q"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("wire:        f16 raw, "));
+}
+
 TEST_F(CliCommandsTest, AttendNeedsAnInput) {
   const CliRun run = Run({"attend", "--model", "small"});
   EXPECT_EQ(run.code, 1);
@@ -291,6 +340,13 @@ TEST_F(CliCommandsTest, BenchProtocolFlagIsCheckedAndRefusesStreams) {
   EXPECT_THAT(stream.err, HasSubstr("--stream"));
   EXPECT_THAT(stream.err, HasSubstr("--protocol oip"));
   EXPECT_EQ(stream.out, "");
+  // ModelInfer's input goes as raw FP32: a 16-bit wire format is refused, not silently ignored.
+  const CliRun half = Run({"bench", "--model", "small", "--protocol", "oip", "--wire-dtype", "bf16",
+                           "--requests", "5", "-q"});
+  EXPECT_EQ(half.code, 1);
+  EXPECT_THAT(half.err, HasSubstr("--wire-dtype bf16"));
+  EXPECT_THAT(half.err, HasSubstr("expected --wire-dtype fp32"));
+  EXPECT_EQ(half.out, "");
 }
 
 TEST_F(CliCommandsTest, BenchReportsBatchesComputeBusyAndClientCpu) {

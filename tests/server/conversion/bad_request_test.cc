@@ -106,14 +106,46 @@ std::vector<BadCase> BadCases() {
          SetSequential(r.mutable_input(), {2, 3, kD}, 0.0f, true);
          r.mutable_input()->mutable_raw()->pop_back();
        },
-       "input.raw", "expected a multiple of 4 bytes", "got 191 bytes"},
+       "input.raw", "expected 192 bytes (48 DATA_TYPE_FP32 elements of shape [2, 3, 8]",
+       "got 191 bytes"},
       {"InputTooFewValues", false, [](R& r) { r.mutable_input()->mutable_values()->RemoveLast(); },
        "input.values", "expected 48 elements (the product of shape [2, 3, 8])", "got 47"},
       {"InputTooManyRawFloats", false,
        [](R& r) {
          SetTensor(r.mutable_input(), {2, 3, kD}, Sequential(49), true);
        },
-       "input.raw", "expected 48 elements", "got 49"},
+       "input.raw", "expected 192 bytes", "got 196 bytes"},
+      {"InputBf16GivenFloat32Bytes", false,
+       [](R& r) {
+         SetTensor(r.mutable_input(), {2, 3, kD}, Sequential(48), true);
+         r.mutable_input()->set_dtype(v1::DATA_TYPE_BF16);
+       },
+       "input.raw",
+       "expected 96 bytes (48 DATA_TYPE_BF16 elements of shape [2, 3, 8], 2 bytes each)",
+       "got 192 bytes"},
+      {"InputFp16OddBytes", false,
+       [](R& r) {
+         SetRawTensor(r.mutable_input(), {2, 3, kD}, Sequential(48), v1::DATA_TYPE_FP16);
+         r.mutable_input()->mutable_raw()->pop_back();
+       },
+       "input.raw", "expected 96 bytes (48 DATA_TYPE_FP16 elements", "got 95 bytes"},
+      {"InputUnknownDtype", false,
+       [](R& r) {
+         SetTensor(r.mutable_input(), {2, 3, kD}, Sequential(48), true);
+         r.mutable_input()->set_dtype(static_cast<v1::DataType>(7));
+       },
+       "input.dtype", "expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1) or DATA_TYPE_FP16 (2)",
+       "got 7"},
+      {"InputDtypeWithValues", false,
+       [](R& r) { r.mutable_input()->set_dtype(v1::DATA_TYPE_FP16); }, "input.dtype",
+       "expected DATA_TYPE_FP32 with values", "got DATA_TYPE_FP16"},
+      {"InputInfFp16", false,
+       [](R& r) {
+         std::vector<float> values = Sequential(48);
+         values[kD + 1] = 70000.0f;  // Beyond binary16's range: encoded as +inf.
+         SetRawTensor(r.mutable_input(), {2, 3, kD}, values, v1::DATA_TYPE_FP16);
+       },
+       "input[0, 1, 1]", "expected a finite value", "got inf"},
       {"InputNaN", false, [](R& r) { r.mutable_input()->set_values((1 * 3 + 1) * kD + 5, kNaN); },
        "input[1, 1, 5]", "expected a finite value", "got nan"},
       {"InputInfRaw", false,
@@ -173,7 +205,12 @@ std::vector<BadCase> BadCases() {
          r.mutable_memory()->clear_values();
          r.mutable_memory()->set_raw("abcdef");
        },
-       "memory.raw", "expected a multiple of 4 bytes", "got 6 bytes"},
+       "memory.raw", "expected 256 bytes (64 DATA_TYPE_FP32 elements", "got 6 bytes"},
+      {"MemoryBf16TooFewBytes", false,
+       [](R& r) {
+         SetRawTensor(r.mutable_memory(), {2, 4, kD}, Sequential(63), v1::DATA_TYPE_BF16);
+       },
+       "memory.raw", "expected 128 bytes (64 DATA_TYPE_BF16 elements", "got 126 bytes"},
       {"MemoryTooFewValues", false,
        [](R& r) { r.mutable_memory()->mutable_values()->RemoveLast(); }, "memory.values",
        "expected 64 elements", "got 63"},
@@ -188,6 +225,16 @@ std::vector<BadCase> BadCases() {
       {"MemoryLengthsWithoutMemory", false, [](R& r) { r.clear_memory(); }, "memory_lengths",
        "expected none without memory", "got 2 entries"},
       // mask
+      {"RawOutputDtypeUnknown", false,
+       [](R& r) {
+         r.set_raw_output(true);
+         r.set_raw_output_dtype(static_cast<v1::DataType>(9));
+       },
+       "raw_output_dtype", "expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1) or DATA_TYPE_FP16 (2)",
+       "got 9"},
+      {"RawOutputDtypeWithoutRawOutput", false,
+       [](R& r) { r.set_raw_output_dtype(v1::DATA_TYPE_BF16); }, "raw_output_dtype",
+       "expected DATA_TYPE_FP32 without raw_output", "got DATA_TYPE_BF16"},
       {"MaskUnknown", false, [](R& r) { r.set_mask(static_cast<v1::MaskKind>(7)); }, "mask",
        "expected MASK_NONE (0) or MASK_CAUSAL (1)", "got 7"},
       {"MaskNegative", false, [](R& r) { r.set_mask(static_cast<v1::MaskKind>(-1)); }, "mask",
@@ -232,7 +279,13 @@ std::vector<BadCase> BadCases() {
          r.mutable_attn_mask()->clear_values();
          r.mutable_attn_mask()->set_raw(std::string(95, '\0'));
        },
-       "attn_mask.raw", "expected a multiple of 4 bytes", "got 95 bytes"},
+       "attn_mask.raw", "expected 96 bytes (24 DATA_TYPE_FP32 elements", "got 95 bytes"},
+      {"AttnMaskFp16TooManyBytes", false,
+       [](R& r) {
+         SetRawTensor(r.mutable_attn_mask(), {2, 3, 4}, std::vector<float>(25, 1.0f),
+                      v1::DATA_TYPE_FP16);
+       },
+       "attn_mask.raw", "expected 48 bytes (24 DATA_TYPE_FP16 elements", "got 50 bytes"},
       {"AttnMaskTooFewValues", false,
        [](R& r) { r.mutable_attn_mask()->mutable_values()->RemoveLast(); }, "attn_mask.values",
        "expected 24 elements", "got 23"},
@@ -299,10 +352,12 @@ TEST(HostileRequestTest, OverflowingShapesAreCleanErrors) {
   ExpectInvalid(request, Unlimited(), "input.values", "more than 2^63");
   ExpectInvalid(request, Unlimited(), "input.values", "got 8");
   SetTensor(request.mutable_input(), {1 << 20, 1 << 20, kD}, Sequential(kD), true);
-  ExpectInvalid(request, Unlimited(), "expected 8796093022208 elements", "got 8");
+  ExpectInvalid(request, Unlimited(), "expected 35184372088832 bytes (8796093022208",
+                "got 32 bytes");
   SetTensor(request.mutable_input(), {std::numeric_limits<int64_t>::max(), 1, kD}, {}, true);
   request.mutable_input()->set_raw("\1\2\3\4");
-  ExpectInvalid(request, Unlimited(), "input.raw", "got 1");
+  ExpectInvalid(request, Unlimited(), "input.raw", "got 4 bytes");
+  ExpectInvalid(request, Unlimited(), "input.raw", "expected more than 2^63 bytes");
 }
 
 TEST(HostileRequestTest, NegativeAndMinimalDimsAreCleanErrors) {

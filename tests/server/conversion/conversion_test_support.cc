@@ -8,6 +8,7 @@
 #include "core/attention_config.h"
 #include "core/attention_layer.h"
 #include "core/attention_weights.h"
+#include "core/util/float_format.h"
 #include "gtest/gtest.h"
 
 namespace attnserve::testing {
@@ -52,9 +53,21 @@ void SetSequential(v1::Tensor* tensor, const std::vector<int64_t>& shape, float 
   SetTensor(tensor, shape, Sequential(count, start), raw);
 }
 
+void SetRawTensor(v1::Tensor* tensor, const std::vector<int64_t>& shape,
+                  const std::vector<float>& values, v1::DataType dtype) {
+  const FloatFormat format = FloatFormatNumbered(dtype).value();
+  tensor->Clear();
+  for (int64_t dim : shape) tensor->add_shape(dim);
+  tensor->set_dtype(dtype);
+  std::string* raw = tensor->mutable_raw();
+  raw->resize(values.size() * static_cast<size_t>(FloatFormatBytes(format)));
+  EncodeFloats(values, format, raw->data());
+}
+
 std::vector<float> RawFloats(const v1::Tensor& tensor) {
-  std::vector<float> values(tensor.raw().size() / sizeof(float));
-  std::memcpy(values.data(), tensor.raw().data(), values.size() * sizeof(float));
+  const FloatFormat format = FloatFormatNumbered(tensor.dtype()).value();
+  std::vector<float> values(tensor.raw().size() / static_cast<size_t>(FloatFormatBytes(format)));
+  DecodeFloats(tensor.raw().data(), static_cast<int64_t>(values.size()), format, values.data());
   return values;
 }
 

@@ -30,6 +30,10 @@ void SetTensor(v1::Tensor* tensor, const std::vector<int64_t>& shape,
 // A shape filled with Sequential(product, start).
 void SetSequential(v1::Tensor* tensor, const std::vector<int64_t>& shape, float start = 0.0f,
                    bool raw = false);
+// `values` as raw bytes in `dtype` (16-bit types rounded to nearest, ties to even).
+void SetRawTensor(v1::Tensor* tensor, const std::vector<int64_t>& shape,
+                  const std::vector<float>& values, v1::DataType dtype);
+// A raw tensor's elements as floats, decoded as its dtype says.
 std::vector<float> RawFloats(const v1::Tensor& tensor);
 std::vector<uint32_t> Bits(const std::vector<float>& values);
 // Valid rank-3 cross-attention request using every field: input [2, 3, 8] with lengths {3, 2},

@@ -141,6 +141,56 @@ TEST(FillAttendResponseTest, RawAndValuesCarryTheSameBits) {
               ElementsAreArray(Bits(Floats(responses[1].weights()))));
 }
 
+TEST(FillAttendResponseTest, SixteenBitRawOutputIsRoundedAndPadded) {
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    SCOPED_TRACE(v1::DataType_Name(dtype));
+    v1::AttendRequest request = Rank3Request();
+    request.set_raw_output(true);
+    request.set_raw_output_dtype(dtype);
+    const absl::StatusOr<AttendWork> work = Parse(request);
+    ASSERT_TRUE(work.ok()) << work.status();
+    AttendResult result = ResultFor(*work);  // Small integers + 0.5: exact in both formats.
+    v1::AttendResponse response;
+    ASSERT_TRUE(server::FillAttendResponse(*work, result, &response).ok());
+    EXPECT_EQ(response.output().dtype(), dtype);
+    EXPECT_EQ(response.weights().dtype(), dtype);
+    EXPECT_TRUE(response.output().values().empty());
+    EXPECT_EQ(response.output().raw().size(), 2u * 3 * kD * 2);  // [2, 3, 8], 2 bytes each
+    EXPECT_EQ(response.weights().raw().size(), 2u * kHeads * 3 * 4 * 2);
+    std::vector<float> output(2 * 3 * kD, 0.0f);
+    std::copy(result.output.begin(), result.output.begin() + 5 * kD, output.begin());
+    EXPECT_THAT(RawFloats(response.output()), ElementsAreArray(output));
+    EXPECT_EQ(RawFloats(response.weights())[0], result.weights[0]);
+  }
+}
+
+TEST(FillAttendResponseTest, SixteenBitRawOutputRoundsToNearest) {
+  v1::AttendRequest request = Rank2Request();
+  request.set_raw_output(true);
+  std::vector<float> output = Sequential(3 * kD, 0.5f);
+  output[0] = 1.0f + 1.0f / 256;  // The tie between bf16's 1 and 1 + 2^-7: to even, 1.
+  output[1] = 1.0f + 3.0f / 256;  // The tie between 1 + 2^-7 and 1 + 2^-6: to even, 1 + 2^-6.
+  output[2] = 70000.0f;           // Beyond binary16: +inf; bf16: 70144 (step 512).
+  output[3] = 1e-8f;              // Binary16: 2^-27 is below half its smallest subnormal: 0.
+  const std::vector<float> expected_bf16 = {1.0f, 1.0f + 1.0f / 64, 70144.0f,
+                                            std::bit_cast<float>(0x322c0000u)};
+  const std::vector<float> expected_fp16 = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256,
+                                            std::numeric_limits<float>::infinity(), 0.0f};
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    SCOPED_TRACE(v1::DataType_Name(dtype));
+    request.set_raw_output_dtype(dtype);
+    const absl::StatusOr<AttendWork> work = Parse(request);
+    ASSERT_TRUE(work.ok()) << work.status();
+    AttendResult result = ResultFor(*work);
+    result.output = output;
+    v1::AttendResponse response;
+    ASSERT_TRUE(server::FillAttendResponse(*work, result, &response).ok());
+    const std::vector<float> got = RawFloats(response.output());
+    EXPECT_THAT(std::vector<float>(got.begin(), got.begin() + 4),
+                ElementsAreArray(dtype == v1::DATA_TYPE_BF16 ? expected_bf16 : expected_fp16));
+  }
+}
+
 TEST(FillAttendResponseTest, EchoesModelRequestIdAndTiming) {
   v1::AttendRequest request = Rank3Request();
   request.set_request_id("req-42");

@@ -116,6 +116,32 @@ TEST(OipConversionTest, RawAndTypedRequestsGiveTheAttendWork) {
   }
 }
 
+// BF16 / FP16 raw inputs are widened as attnserve.v1's Tensor.dtype is: the values here are
+// exact in both formats (memory's 1000.. only in FP16), so the work equals the float32 one.
+TEST(OipConversionTest, SixteenBitRawInputsGiveTheSameWork) {
+  const absl::StatusOr<AttendWork> expected = Parse(Rank3Request());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const v1::AttendRequest v1 = Rank3Request();
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    const std::string datatype = dtype == v1::DATA_TYPE_BF16 ? "BF16" : "FP16";
+    SCOPED_TRACE(datatype);
+    InferRequest request = Rank3InferRequest(true);
+    v1::Tensor encoded;
+    SetRawTensor(&encoded, {2, 3, kD}, Floats(v1.input()), dtype);
+    request.mutable_inputs(0)->set_datatype(datatype);
+    *request.mutable_raw_input_contents(0) = encoded.raw();
+    if (dtype == v1::DATA_TYPE_FP16) {
+      SetRawTensor(&encoded, {2, 4, kD}, Floats(v1.memory()), dtype);
+      request.mutable_inputs(1)->set_datatype(datatype);
+      *request.mutable_raw_input_contents(1) = encoded.raw();
+    }
+    const absl::StatusOr<AttendWork> work = ParseInfer(request);
+    ASSERT_TRUE(work.ok()) << work.status();
+    EXPECT_EQ(Bits(work->query), Bits(expected->query));
+    EXPECT_EQ(Bits(work->memory), Bits(expected->memory));
+  }
+}
+
 TEST(OipConversionTest, RequestedOutputsDecideTheAnswer) {
   InferRequest request = Rank3InferRequest(true);
   request.mutable_parameters()->erase("return_weights");
@@ -130,8 +156,18 @@ TEST(OipConversionTest, RequestedOutputsDecideTheAnswer) {
 
 TEST(OipConversionTest, MalformedRequestsNameTheTensorOrParameter) {
   InferRequest request = Rank3InferRequest(true);
+  request.mutable_inputs(0)->set_datatype("FP64");
+  ExpectInvalid(request, {"inputs[\"input\"].datatype", "FP32, BF16 or FP16", "FP64"});
+
+  // FP16 declared over float32 bytes: twice the bytes the shape needs.
+  request = Rank3InferRequest(true);
   request.mutable_inputs(0)->set_datatype("FP16");
-  ExpectInvalid(request, {"inputs[\"input\"].datatype", "FP32", "FP16"});
+  ExpectInvalid(request, {"inputs[\"input\"]", "expected 96 bytes (48 FP16 elements", "got 192"});
+
+  // BF16 has no typed contents in the protocol.
+  request = Rank3InferRequest(false);
+  request.mutable_inputs(1)->set_datatype("BF16");
+  ExpectInvalid(request, {"inputs[\"memory\"].datatype", "BF16 only in raw_input_contents"});
 
   request = Rank3InferRequest(true);
   request.mutable_raw_input_contents(1)->resize(12);

@@ -20,6 +20,7 @@
 #include "core/attention_layer.h"
 #include "core/attention_weights.h"
 #include "core/model/model.h"
+#include "core/util/float_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/conversion/attnserve_v1/conversion.h"
@@ -191,6 +192,85 @@ TEST(ParseAttendRequestTest, LimitsAreInclusive) {
   request.set_return_weights(false);
   EXPECT_TRUE(Parse(request, {.batching = {}, .request = {.max_response_bytes = 192}}).ok());
   EXPECT_FALSE(Parse(request, {.batching = {}, .request = {.max_response_bytes = 191}}).ok());
+}
+
+// 16-bit raw tensors: decoded exactly. Values chosen by hand so their 16-bit encodings are
+// known: every one is exactly representable in both formats (integers up to 256 and halves),
+// except those that test the rounding.
+TEST(ParseAttendRequestTest, SixteenBitRawDecodesExactly) {
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    SCOPED_TRACE(v1::DataType_Name(dtype));
+    v1::AttendRequest request = Rank3Request();
+    std::vector<float> input = Sequential(2 * 3 * kD, -20.5f);  // -20.5 .. 26.5
+    input[0] = -0.0f;
+    SetRawTensor(request.mutable_input(), {2, 3, kD}, input, dtype);
+    SetRawTensor(request.mutable_memory(), {2, 4, kD}, Sequential(64, 0.25f), dtype);
+    std::vector<float> mask(24, 1.0f);
+    mask[1] = 0.0f;
+    SetRawTensor(request.mutable_attn_mask(), {2, 3, 4}, mask, dtype);
+    ASSERT_EQ(request.input().raw().size(), 48u * 2);
+    const absl::StatusOr<AttendWork> work = Parse(request);
+    ASSERT_TRUE(work.ok()) << work.status();
+    const std::vector<float> expected_input(input.begin(), input.begin() + 5 * kD);
+    EXPECT_THAT(Bits(work->query), ElementsAreArray(Bits(expected_input)));
+    std::vector<float> expected_memory = Sequential(4 * kD, 0.25f);
+    for (float v : Sequential(kD, 0.25f + 4 * kD)) expected_memory.push_back(v);
+    EXPECT_THAT(work->memory, ElementsAreArray(expected_memory));
+    EXPECT_EQ(work->explicit_mask[1], 0);
+    EXPECT_EQ(work->explicit_mask[0], 1);
+  }
+}
+
+TEST(ParseAttendRequestTest, SixteenBitRawCarriesTheRoundedValues) {
+  // 1 + 2^-9 is below half a bf16 step (1 + 2^-8 would be the tie) and exact in binary16;
+  // 1 + 2^-12 is below half a binary16 step; 300.5 is a bf16 tie-free case: 300 (step 2).
+  const float small_bump = 1.0f + 1.0f / 512;
+  const float tiny_bump = 1.0f + 1.0f / 4096;
+  std::vector<float> input = Sequential(3 * kD, 1.0f);
+  input[0] = small_bump;
+  input[1] = tiny_bump;
+  input[2] = 300.5f;
+  const float expected_bf16[] = {1.0f, 1.0f, 300.0f};
+  const float expected_fp16[] = {small_bump, 1.0f, 300.5f};
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    SCOPED_TRACE(v1::DataType_Name(dtype));
+    v1::AttendRequest request = Rank2Request();
+    SetRawTensor(request.mutable_input(), {3, kD}, input, dtype);
+    const absl::StatusOr<AttendWork> work = Parse(request);
+    ASSERT_TRUE(work.ok()) << work.status();
+    const float* expected = dtype == v1::DATA_TYPE_BF16 ? expected_bf16 : expected_fp16;
+    EXPECT_THAT(std::vector<float>(work->query.begin(), work->query.begin() + 3),
+                ElementsAre(expected[0], expected[1], expected[2]));
+  }
+}
+
+TEST(ParseAttendRequestTest, RawOutputDtypeIsCopied) {
+  v1::AttendRequest request = Rank3Request();
+  EXPECT_EQ(Parse(request)->raw_output_format, FloatFormat::kFloat32);
+  request.set_raw_output(true);
+  request.set_raw_output_dtype(v1::DATA_TYPE_BF16);
+  EXPECT_EQ(Parse(request)->raw_output_format, FloatFormat::kBFloat16);
+  request.set_raw_output_dtype(v1::DATA_TYPE_FP16);
+  EXPECT_EQ(Parse(request)->raw_output_format, FloatFormat::kFloat16);
+}
+
+// The point of the 16-bit types: a T=128, d=512 request is about half the bytes.
+TEST(ParseAttendRequestTest, SixteenBitRequestsSerializeToHalfTheBytes) {
+  const std::vector<float> values = Sequential(128 * 512, -1000.0f);
+  v1::AttendRequest fp32;
+  SetRawTensor(fp32.mutable_input(), {128, 512}, values, v1::DATA_TYPE_FP32);
+  fp32.set_raw_output(true);
+  for (v1::DataType dtype : {v1::DATA_TYPE_BF16, v1::DATA_TYPE_FP16}) {
+    v1::AttendRequest half = fp32;
+    SetRawTensor(half.mutable_input(), {128, 512}, values, dtype);
+    half.set_raw_output_dtype(dtype);
+    // 256 KiB of raw bytes against 128 KiB; the rest (shape, tags, lengths, flags, the two
+    // dtypes) is a few bytes.
+    EXPECT_GT(fp32.ByteSizeLong(), 262144u);
+    EXPECT_LT(fp32.ByteSizeLong(), 262144u + 32);
+    EXPECT_GT(half.ByteSizeLong(), 131072u);
+    EXPECT_LT(half.ByteSizeLong(), 131072u + 32);
+  }
 }
 
 }  // namespace

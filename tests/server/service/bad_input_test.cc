@@ -124,7 +124,29 @@ std::vector<BadCase> BadCases() {
                    .substrings = {"input.values", "expected 80 elements", "got 96"}});
   cases.push_back({.name = "raw count mismatch",
                    .make = [] { return WithValues(Small(5), 4 * kSmallWidth, /*raw=*/true); },
-                   .substrings = {"input.raw", "expected 80 elements", "got 64"}});
+                   .substrings = {"input.raw", "expected 320 bytes (80 DATA_TYPE_FP32 elements",
+                                  "got 256 bytes"}});
+  cases.push_back(
+      {.name = "bf16 raw holding float32 bytes",
+       .make =
+           [] {
+             v1::AttendRequest request = WithValues(Small(5), 5 * kSmallWidth, /*raw=*/true);
+             request.mutable_input()->set_dtype(v1::DATA_TYPE_BF16);
+             return request;
+           },
+       .substrings = {"input.raw",
+                      "expected 160 bytes (80 DATA_TYPE_BF16 elements of shape [5, 16], 2 bytes "
+                      "each)",
+                      "got 320 bytes"}});
+  cases.push_back(
+      {.name = "unknown dtype",
+       .make =
+           [] {
+             v1::AttendRequest request = WithValues(Small(5), 5 * kSmallWidth, /*raw=*/true);
+             request.mutable_input()->set_dtype(static_cast<v1::DataType>(5));
+             return request;
+           },
+       .substrings = {"input.dtype", "expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1)", "got 5"}});
   cases.push_back({.name = "both values and raw",
                    .make =
                        [] {
@@ -143,7 +165,7 @@ std::vector<BadCase> BadCases() {
              return request;
            },
        .substrings = {"input", "expected exactly one of values or raw", "got neither"}});
-  cases.push_back({.name = "raw not a multiple of 4 bytes",
+  cases.push_back({.name = "raw bytes one past the shape's",
                    .make =
                        [] {
                          v1::AttendRequest request = Small(5);
@@ -151,7 +173,7 @@ std::vector<BadCase> BadCases() {
                          request.mutable_input()->set_raw(std::string(321, '\0'));
                          return request;
                        },
-                   .substrings = {"input.raw", "expected a multiple of 4 bytes", "got 321 bytes"}});
+                   .substrings = {"input.raw", "expected 320 bytes", "got 321 bytes"}});
   cases.push_back({.name = "zero dim",
                    .make =
                        [] {

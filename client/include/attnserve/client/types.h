@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace attnserve::client {
@@ -29,6 +30,20 @@ struct Tensor {
 
 enum class Mask { kNone, kCausal };
 
+// How float tensors travel as raw bytes (attnserve.v1 Tensor.dtype). The 16-bit types halve the
+// bytes each way; the server computes in float32 whatever they are, and results always reach the
+// caller as float32. Numbered as attnserve.v1's DataType.
+enum class WireDtype {
+  kFloat32 = 0,   // Exact (the default).
+  kBFloat16 = 1,  // float32's range, 8 significant bits: rounding error <= 2^-8 of |x|.
+  kFloat16 = 2,   // IEEE binary16, 11 significant bits (<= 2^-11 of |x|); finite only up to 65504.
+};
+
+// "fp32", "bf16" or "f16" (attnserve-cli's --wire-dtype spelling).
+constexpr std::string_view WireDtypeName(WireDtype dtype) {
+  return dtype == WireDtype::kBFloat16 ? "bf16" : dtype == WireDtype::kFloat16 ? "f16" : "fp32";
+}
+
 // Everything about one Attend call besides the model and the input. Defaults: self-attention, no
 // mask, no weights, the client's default deadline, raw float32 bytes on the wire.
 struct AttendOptions {
@@ -47,8 +62,13 @@ struct AttendOptions {
   std::string request_id = {};
   // 0 = ClientOptions::default_deadline.
   std::chrono::milliseconds deadline{0};
-  // Send and receive raw little-endian float32 bytes (fast) instead of repeated floats.
+  // Send and receive raw little-endian bytes (fast) instead of repeated floats.
   bool raw = true;
+  // With raw: the encoding of the tensors sent (input, memory, attn_mask; rounded to nearest,
+  // ties to even) and of the answer's bytes (output, weights; the server rounds, this library
+  // widens them back exactly). Either 16-bit type needs raw (InvalidArgument otherwise).
+  WireDtype wire_dtype = WireDtype::kFloat32;
+  WireDtype answer_wire_dtype = WireDtype::kFloat32;
 };
 
 // The server's account of how the request was computed.
@@ -67,6 +87,10 @@ struct AttendResult {
   std::string request_id = {};
   Timing timing = {};
   std::chrono::microseconds latency{0};  // Client side: call start to answer, retries included.
+  // The serialized protobuf sizes of the request sent and the answer received, in bytes (before
+  // gRPC's framing and any compression).
+  int64_t request_bytes = 0;
+  int64_t response_bytes = 0;
 };
 
 struct BatchingLimits {

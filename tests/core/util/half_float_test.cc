@@ -1,7 +1,7 @@
 // F16/BF16 conversions, checked against independent definitions: decoding against the formats'
 // formulas evaluated with std::ldexp in double, encoding against a brute-force search for the
 // nearest representable value.
-#include "core/model/half_float.h"
+#include "core/util/half_float.h"
 
 #include <bit>
 #include <cmath>
@@ -13,7 +13,7 @@
 
 #include "gtest/gtest.h"
 
-namespace attnserve::model {
+namespace attnserve {
 namespace {
 
 constexpr uint16_t kHalfInfinity = 0x7c00;
@@ -289,4 +289,4 @@ TEST(HalfFloatTest, FloatToBFloat16KeepsNaN) {
 }
 
 }  // namespace
-}  // namespace attnserve::model
+}  // namespace attnserve

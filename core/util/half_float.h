@@ -1,11 +1,20 @@
-// Bit-level conversions, written by hand rather than with _Float16/__bf16 so that every compiler
-// the project supports (GCC 12, clang 14) produces the same results on every x86-64 CPU.
-#include "core/model/half_float.h"
+// Conversions between fp32 and the two 16-bit float formats: IEEE 754 binary16 ("F16", "fp16")
+// and bfloat16 ("BF16"). Used by safetensors files (core/model) and by the wire formats of
+// Tensor.raw (float_format.h), on the server and in the client library, hence header-only here.
+// Pure functions on bit patterns; thread-safe.
+//
+// Written by hand as bit arithmetic rather than with _Float16/__bf16 or F16C intrinsics, so that
+// every compiler the project supports (GCC 12, clang 14) gives the same results on every x86-64
+// CPU, whatever the MXCSR's flush-to-zero / denormals-are-zero bits say.
+#ifndef ATTNSERVE_CORE_UTIL_HALF_FLOAT_H_
+#define ATTNSERVE_CORE_UTIL_HALF_FLOAT_H_
 
 #include <bit>
+#include <cstdint>
 
-namespace attnserve::model {
-namespace {
+namespace attnserve {
+// The formats' constants and rounding helpers: not part of the interface.
+namespace half_float_internal {
 
 constexpr uint32_t kF32SignMask = 0x8000'0000u;
 constexpr uint32_t kF32AbsMask = 0x7fff'ffffu;
@@ -30,7 +39,7 @@ constexpr uint32_t kF16MinNormal = 0x3880'0000u;
 constexpr uint16_t kBF16QuietBit = 0x0040u;
 
 // Shifts `value` right by `shift` (1..31) bits, rounding to nearest with ties to even.
-uint32_t ShiftRightRoundingToEven(uint32_t value, int shift) {
+inline uint32_t ShiftRightRoundingToEven(uint32_t value, int shift) {
   const uint32_t kept = value >> shift;
   const uint32_t remainder = value & ((1u << shift) - 1);
   const uint32_t half = 1u << (shift - 1);
@@ -39,7 +48,7 @@ uint32_t ShiftRightRoundingToEven(uint32_t value, int shift) {
 }
 
 // Binary16 subnormal m × 2^-24 as fp32: normalise m so its leading one becomes the implicit bit.
-uint32_t HalfSubnormalToFloatBits(uint32_t mantissa) {
+inline uint32_t HalfSubnormalToFloatBits(uint32_t mantissa) {
   int exponent = 1 - kF16ExponentBias;  // A subnormal's exponent is that of the smallest normal.
   while ((mantissa & 0x0400u) == 0) {
     mantissa <<= 1;
@@ -51,7 +60,7 @@ uint32_t HalfSubnormalToFloatBits(uint32_t mantissa) {
 
 // |value| (given as fp32 bits, finite, below 2^-14) as a binary16 subnormal or zero. The result
 // may carry into the exponent field, which correctly encodes the smallest normal 2^-14.
-uint16_t FloatBitsToHalfSubnormal(uint32_t abs_bits) {
+inline uint16_t FloatBitsToHalfSubnormal(uint32_t abs_bits) {
   const int biased_exponent = static_cast<int>(abs_bits >> 23);
   // The value is significand × 2^(e − 150); in binary16 subnormal units of 2^-24 that is
   // significand >> (126 − e).
@@ -63,9 +72,11 @@ uint16_t FloatBitsToHalfSubnormal(uint32_t abs_bits) {
   return static_cast<uint16_t>(ShiftRightRoundingToEven(significand, shift));
 }
 
-}  // namespace
+}  // namespace half_float_internal
 
-float HalfToFloat(uint16_t bits) {
+// Exact: every binary16 value (subnormals, ±0, ±∞, NaN with its payload) has an fp32 equal.
+inline float HalfToFloat(uint16_t bits) {
+  using namespace half_float_internal;
   const uint32_t sign = static_cast<uint32_t>(bits & kF16SignMask) << 16;
   const uint32_t exponent = (bits >> 10) & 0x1fu;
   const uint32_t mantissa = bits & kF16MantissaMask;
@@ -82,7 +93,10 @@ float HalfToFloat(uint16_t bits) {
   return std::bit_cast<float>(sign | magnitude);
 }
 
-uint16_t FloatToHalf(float value) {
+// Rounds to nearest, ties to even; |x| ≥ 65520 becomes ±∞, fp32 values below half the smallest
+// binary16 subnormal (2^-25) become ±0, NaN stays NaN (quiet, sign and top payload bits kept).
+inline uint16_t FloatToHalf(float value) {
+  using namespace half_float_internal;
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   const auto sign = static_cast<uint16_t>((bits & kF32SignMask) >> 16);
   const uint32_t abs_bits = bits & kF32AbsMask;
@@ -103,11 +117,14 @@ uint16_t FloatToHalf(float value) {
   return static_cast<uint16_t>(sign | ShiftRightRoundingToEven(rebiased, kF16DroppedBits));
 }
 
-float BFloat16ToFloat(uint16_t bits) {
+// Exact: bfloat16 is the upper half of an fp32.
+inline float BFloat16ToFloat(uint16_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
-uint16_t FloatToBFloat16(float value) {
+// Rounds to nearest, ties to even; NaN stays NaN (quiet), overflow becomes ±∞.
+inline uint16_t FloatToBFloat16(float value) {
+  using namespace half_float_internal;
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   if ((bits & kF32AbsMask) > kF32Infinity) {
     // As for binary16: truncating a NaN whose payload is all in the low half would give ∞.
@@ -118,4 +135,6 @@ uint16_t FloatToBFloat16(float value) {
   return static_cast<uint16_t>(ShiftRightRoundingToEven(bits, 16));
 }
 
-}  // namespace attnserve::model
+}  // namespace attnserve
+
+#endif  // ATTNSERVE_CORE_UTIL_HALF_FLOAT_H_
