@@ -69,11 +69,22 @@ class ServerMetrics::SnapshotCollectable final : public prometheus::Collectable 
                                    .help = "Requests waiting in the model's batcher for a batch.",
                                    .type = prometheus::MetricType::Gauge,
                                    .metric = {}};
+    prometheus::MetricFamily info{
+        .name = "attnserve_model_info",
+        .help = "1 for the version each model serves, labelled with its compute type.",
+        .type = prometheus::MetricType::Gauge,
+        .metric = {}};
     for (const ModelSnapshot& model : models) {
       loaded.metric.push_back(GaugeSample(model.name, model.loaded ? 1 : 0));
-      if (model.loaded) depth.metric.push_back(GaugeSample(model.name, model.queue_depth));
+      if (!model.loaded) continue;
+      depth.metric.push_back(GaugeSample(model.name, model.queue_depth));
+      prometheus::ClientMetric& sample = info.metric.emplace_back(GaugeSample(model.name, 1));
+      // Sorted by name, as prometheus-cpp orders the labels of the families it builds.
+      sample.label = {{.name = "compute_dtype", .value = model.compute_dtype},
+                      {.name = "model", .value = model.name},
+                      {.name = "version", .value = std::to_string(model.version)}};
     }
-    return {std::move(loaded), std::move(depth)};
+    return {std::move(loaded), std::move(depth), std::move(info)};
   }
 
  private:

@@ -77,11 +77,14 @@ struct BuildInfo {
 };
 
 // What the server reports about one model when scraped (attnserve_model_loaded,
-// attnserve_queue_depth).
+// attnserve_queue_depth, attnserve_model_info).
 struct ModelSnapshot {
   std::string name;
   bool loaded = false;      // A version is serving.
   int64_t queue_depth = 0;  // Requests waiting in its batcher.
+  // The serving version and its compute type ("fp32", "bf16"); read only when loaded.
+  int64_t version = 0;
+  std::string compute_dtype;
 };
 
 class ServerMetrics;

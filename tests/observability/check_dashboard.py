@@ -37,6 +37,7 @@ PLAIN = [
     "attnserve_tokens_total",
     "attnserve_model_loaded",
     "attnserve_model_load_failures_total",
+    "attnserve_model_info",
     "attnserve_build_info",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",

@@ -144,6 +144,9 @@ TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   EXPECT_EQ(ValueOf(after, Series("attnserve_queue_depth", "model=\"small\"")), 0);
   EXPECT_EQ(ValueOf(after, Series("attnserve_model_loaded", "model=\"small\"")), 1);
   EXPECT_EQ(ValueOf(after, Series("attnserve_model_loaded", "model=\"single\"")), 1);
+  EXPECT_EQ(ValueOf(after, Series("attnserve_model_info",
+                                  "compute_dtype=\"fp32\",model=\"small\",version=\"1\"")),
+            1);
   EXPECT_EQ(ValueOf(after, Series("attnserve_model_load_failures_total", "model=\"small\"")), 0);
   EXPECT_EQ(CountSeries(after, "attnserve_build_info{"), 1);
   EXPECT_GT(ValueOf(after, "process_resident_memory_bytes"), 1e6);
@@ -225,6 +228,17 @@ TEST_F(MetricsScrapeTest, ABrokenModelFolderIsCountedAsALoadFailure) {
   const Samples samples = ScrapeNow();
   EXPECT_EQ(ValueOf(samples, Series("attnserve_model_load_failures_total", "model=\"broken\"")), 1);
   EXPECT_EQ(ValueOf(samples, Series("attnserve_model_loaded", "model=\"broken\"")), 0);
+  // An info series for each serving model (those with a queue), none for the broken one.
+  EXPECT_EQ(CountSeries(samples, "attnserve_model_info{"),
+            CountSeries(samples, "attnserve_queue_depth{"));
+  for (const auto& [series, value] : samples) {
+    EXPECT_FALSE(series.starts_with("attnserve_model_info{") &&
+                 series.find("model=\"broken\"") != std::string::npos)
+        << series;
+  }
+  EXPECT_EQ(ValueOf(samples, Series("attnserve_model_info",
+                                    "compute_dtype=\"fp32\",model=\"small\",version=\"1\"")),
+            1);
   EXPECT_EQ(ValueOf(samples, Series("attnserve_model_loaded", "model=\"small\"")), 1);
   // A request for it is counted under its own (known) name.
   EXPECT_EQ(AttendCode(MakeRequest("broken", 2, kSmallWidth, 1)), grpc::StatusCode::UNAVAILABLE);
