@@ -16,6 +16,7 @@
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
 #include "core/util/aligned_buffer.h"
+#include "core/util/openmp_regions.h"
 
 namespace attnserve::core {
 namespace {
@@ -335,7 +336,8 @@ absl::Status AttentionExecutor::Impl::AttendGroupPerHead(const AttentionConfig& 
       std::clamp<int64_t>(HeadTileBytes(options) / (s * int64_t{sizeof(float)}), 1, t);
   const int64_t blocks = (t + block - 1) / block;
   const int64_t units = group.count * h * blocks;
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), units));
+  const int threads =
+      kOwnParallelRegions ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), units)) : 1;
   for (int i = 0; i < threads; ++i) Workspace(i);
   absl::Status status;
 #pragma omp parallel num_threads(threads)
@@ -426,7 +428,7 @@ void AttentionExecutor::Impl::SoftmaxTile(const AttentionInputs& in, const Seque
   const bool causal = in.mask.causal;
   uint16_t* bf16_out = g.bf16 ? static_cast<uint16_t*>(tile_probabilities) : nullptr;
   const int64_t total_rows = g.batch * g.heads * g.rows;
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (parallel && kOwnParallelRegions)
   for (int64_t r = 0; r < total_rows; ++r) {
     const int64_t i = r % g.rows, b = r / (g.heads * g.rows);
     const int64_t query = tile.row_begin + i;

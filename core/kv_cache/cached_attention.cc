@@ -13,6 +13,7 @@
 #include "core/onednn_support.h"
 #include "core/projection_runner.h"
 #include "core/util/aligned_buffer.h"
+#include "core/util/openmp_regions.h"
 
 namespace attnserve::core {
 namespace {
@@ -295,7 +296,7 @@ void CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config,
   const uint8_t* mask = in.mask.explicit_mask.empty() ? nullptr : in.mask.explicit_mask.data();
   float* w = weights.empty() ? nullptr : weights.data();
 
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (kOwnParallelRegions)
   for (int64_t item = 0; item < items; ++item) {
     const SequencePlan& p = plans[item / h];
     const int64_t head = item % h;

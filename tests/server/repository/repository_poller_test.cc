@@ -197,7 +197,11 @@ TEST_F(RepositoryPollerTest, ReportsReloadsAndUnloads) {
 
 TEST_F(RepositoryPollerTest, DestructionStopsPolling) {
   std::unique_ptr<RepositoryPoller> poller = StartPoller();
-  ASSERT_TRUE(WriteModel(root() / "first", 1).ok());
+  // Published whole (written beside the root, then renamed in): a poll between the files of a
+  // folder written in place can load it and then see it change, which reloads it later.
+  const std::filesystem::path staging = root().parent_path() / "first.staging";
+  ASSERT_TRUE(WriteModel(staging, 1).ok());
+  std::filesystem::rename(staging, root() / "first");
   ASSERT_TRUE(log_.WaitFor(ModelEvent::Kind::kLoaded, "first"));
   poller.reset();  // Returns only once the thread has stopped.
   const int64_t callbacks = log_.callbacks();
