@@ -84,23 +84,6 @@ struct TileWorkspace {
   AlignedBuffer probabilities;  // bf16 compute: the tile's bf16 softmax output.
 };
 
-// Sets the OpenMP team size for this thread's parallel regions (oneDNN's) for one forward pass
-// and restores the caller's setting afterwards; 0 leaves it alone.
-class OpenMpThreadsScope {
- public:
-  explicit OpenMpThreadsScope(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
-    if (threads > 0) omp_set_num_threads(threads);
-  }
-  ~OpenMpThreadsScope() {
-    if (saved_ > 0) omp_set_num_threads(saved_);
-  }
-  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
-  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
-
 }  // namespace
 
 struct AttentionExecutor::Impl {

@@ -18,22 +18,6 @@
 namespace attnserve::core {
 namespace {
 
-// Sets this thread's OpenMP team size for one call and restores it afterwards; 0 leaves it.
-class OpenMpThreadsScope {
- public:
-  explicit OpenMpThreadsScope(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
-    if (threads > 0) omp_set_num_threads(threads);
-  }
-  ~OpenMpThreadsScope() {
-    if (saved_ > 0) omp_set_num_threads(saved_);
-  }
-  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
-  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
-
 // Where one sequence's attention reads and writes.
 struct SequencePlan {
   int64_t q_row = 0;     // First new row in the batch.

@@ -1,3 +1,5 @@
+// OpenMP settings the core's executors share.
+//
 // kOwnParallelRegions: whether the core's own `#pragma omp parallel` regions use more than one
 // thread. Use it in the region's `if` clause (or to size its team).
 //
@@ -8,6 +10,8 @@
 #ifndef ATTNSERVE_CORE_UTIL_OPENMP_REGIONS_H_
 #define ATTNSERVE_CORE_UTIL_OPENMP_REGIONS_H_
 
+#include <omp.h>
+
 namespace attnserve::core {
 
 #if defined(__SANITIZE_THREAD__)
@@ -15,6 +19,23 @@ inline constexpr bool kOwnParallelRegions = false;
 #else
 inline constexpr bool kOwnParallelRegions = true;
 #endif
+
+// Sets the calling thread's OpenMP team size (used by oneDNN's regions and ours) for one call
+// and restores the caller's setting when destroyed; 0 leaves it alone. Not copyable.
+class OpenMpThreadsScope {
+ public:
+  explicit OpenMpThreadsScope(int threads) : saved_(threads > 0 ? omp_get_max_threads() : 0) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~OpenMpThreadsScope() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
+  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace attnserve::core
 
