@@ -25,6 +25,8 @@
 # Exits non-zero, naming the engine and the failed check, on any failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=podman-config.sh
+source "$root/deploy/podman-config.sh"
 image=${ATTNSERVE_IMAGE:-localhost/attnserve:test}
 engines=${ATTNSERVE_CONTAINER_ENGINES:-docker podman}
 mirror=${ATTNSERVE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -111,24 +113,10 @@ size_bytes=$(docker image inspect --format '{{.Size}}' "$image")
 log "built $image in $(($(date +%s) - build_start)) s; image size $((size_bytes / 1000000)) MB"
 
 # --- 4. run ---
-# podman: runc (crun fails on hosts with hybrid cgroups) and ulimits this host allows, in a
-# containers.conf of this script's own; the host's is untouched. A container may not get more than
-# the host's hard limits (raising them needs CAP_SYS_RESOURCE), and podman 4.3 caps its own
-# RLIMIT_NPROC at kernel.pid_max, so the container's nproc must stay at or under both.
+# podman: a containers.conf of this script's own (deploy/podman-config.sh), then the image Docker
+# built.
 setup_podman() {
-  local nofile nproc pid_max
-  nofile=$(ulimit -Hn)
-  nproc=$(ulimit -Hu)
-  pid_max=$(cat /proc/sys/kernel/pid_max)
-  [ "$nproc" = unlimited ] || [ "$nproc" -gt "$pid_max" ] && nproc=$pid_max
-  [ "$nofile" = unlimited ] && nofile=1048576
-  cat >"$work/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
-[engine]
-runtime = "runc"
-EOF
-  export CONTAINERS_CONF=$work/containers.conf
+  write_podman_config "$work"
   docker save "$image" | podman load >"$work/podman-load.log" 2>&1 ||
     { cat "$work/podman-load.log"; fail "docker save | podman load"; }
 }

@@ -20,6 +20,8 @@
 # Exits non-zero, naming the failed check, on any failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=podman-config.sh
+source "$root/deploy/podman-config.sh"
 image=${ATTNSERVE_IMAGE:-localhost/attnserve:test}
 work=$(mktemp -d /var/tmp/attnserve-k8s-play.XXXXXX)
 secret=attnserve-tls
@@ -41,19 +43,8 @@ trap cleanup EXIT
 
 bash "$root/deploy/install-deps.sh" container
 
-# --- 1. podman configuration (as deploy/container-test.sh) ---
-nofile=$(ulimit -Hn)
-nproc=$(ulimit -Hu)
-pid_max=$(cat /proc/sys/kernel/pid_max)
-[ "$nproc" = unlimited ] || [ "$nproc" -gt "$pid_max" ] && nproc=$pid_max
-[ "$nofile" = unlimited ] && nofile=1048576
-cat >"$work/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF=$work/containers.conf
+# --- 1. podman configuration (deploy/podman-config.sh, as deploy/container-test.sh) ---
+write_podman_config "$work"
 # The tested image, from podman's store, or from Docker's if container-test.sh built it there.
 if ! podman image exists "$image" && command -v docker >/dev/null &&
   docker image inspect "$image" >/dev/null 2>&1; then
