@@ -30,6 +30,7 @@
 #include "core/attention_layer.h"
 #include "core/attention_weights.h"
 #include "core/model/model.h"
+#include "core/util/float_format.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/batching/clock.h"
 #include "server/conversion/attnserve_v1/conversion.h"
@@ -89,11 +90,16 @@ const Served& Route(const std::string& name) {
   return name == "single" ? *single : *tiny;
 }
 
-// The tensor's floats, whichever of values / raw holds them.
+// The tensor's floats, whichever of values / raw holds them, raw decoded by its dtype.
 std::vector<float> Floats(const v1::Tensor& tensor) {
   if (tensor.raw().empty()) return {tensor.values().begin(), tensor.values().end()};
-  std::vector<float> values(tensor.raw().size() / sizeof(float));
-  std::memcpy(values.data(), tensor.raw().data(), values.size() * sizeof(float));
+  const std::optional<FloatFormat> format = FloatFormatNumbered(tensor.dtype());
+  FuzzCheck(format.has_value(), "an answer's dtype is not a DataType");
+  const int64_t bytes_per_value = FloatFormatBytes(*format);
+  FuzzCheck(static_cast<int64_t>(tensor.raw().size()) % bytes_per_value == 0,
+            "an answer's raw bytes are not whole values of its dtype");
+  std::vector<float> values(tensor.raw().size() / static_cast<size_t>(bytes_per_value));
+  DecodeFloats(tensor.raw().data(), static_cast<int64_t>(values.size()), *format, values.data());
   return values;
 }
 
@@ -106,7 +112,12 @@ void CheckTensor(const v1::Tensor& tensor, const std::vector<int64_t>& shape,
   const std::vector<float> values = Floats(tensor);
   FuzzCheck(static_cast<int64_t>(values.size()) == elements,
             absl::StrCat(name, ": ", values.size(), " values for ", elements, " elements"));
-  for (float value : values) FuzzCheck(std::isfinite(value), absl::StrCat(name, ": not finite"));
+  // binary16 ends at 65504: a larger finite fp32 answer asked for as FP16 is ±inf by design.
+  const bool infinity_allowed = tensor.dtype() == v1::DATA_TYPE_FP16;
+  for (float value : values) {
+    FuzzCheck(!std::isnan(value) && (infinity_allowed || std::isfinite(value)),
+              absl::StrCat(name, ": not finite"));
+  }
 }
 
 // The answer to an accepted request, as the batch runner's done callback sees it.
