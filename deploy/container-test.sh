@@ -256,10 +256,11 @@ print(f"container-test: {sys.argv[3]}: SIGTERM during bench: {accepted} accepted
 assert accepted >= 300, f"only {accepted} requests were accepted before SIGTERM"
 assert errors.get("UNAVAILABLE", 0) > 0, "SIGTERM came after the bench: no call was refused"
 assert summary["ok"] == accepted, f"accepted {accepted} but answered {summary['ok']}"
-# Refused by the draining or stopped server: UNAVAILABLE. The bench cancels the (at most 8)
-# calls still in flight when its duration ends.
+# Refused by the draining or stopped server: UNAVAILABLE. CANCELLED: calls in flight at two
+# moments, at most the bench's 8 each: when the stopping server's gRPC shut down (calls that had
+# reached the transport but no handler, so never accepted), and when the bench's duration ended.
 assert set(errors) <= {"UNAVAILABLE", "CANCELLED"}, f"unexpected errors: {errors}"
-assert errors.get("CANCELLED", 0) <= 8, f"more cancelled calls than the bench's 8: {errors}"
+assert errors.get("CANCELLED", 0) <= 2 * 8, f"more cancelled calls than 2 x the bench's 8: {errors}"
 EOF
   log "$engine: SIGTERM under load: drained, every accepted request answered, exit 0; $engine stop took $stop_seconds s (the drain $drain_seconds s)"
 
