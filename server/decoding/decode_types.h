@@ -47,25 +47,25 @@ using ReadyCallback = std::function<void(absl::Status status)>;
 struct SessionSpec {
   // The model version the session computes with for its whole life (its cache is valid only for
   // it), even after a reload serves another version under the same name. Required.
-  std::shared_ptr<const model::Model> model;
+  std::shared_ptr<const model::Model> model = nullptr;
   // Who holds the session (see CloseOwner).
   OwnerKey owner = 0;
   // Empty: self-attention (causal over the session's own rows). Otherwise cross-attention: the
   // encoder memory, [rows, d_model] row-major finite floats, loaded into the cache once; steps
   // then attend over it (non-causal) and do not grow the cache.
-  std::vector<float> memory;
+  std::vector<float> memory = {};
 };
 
 struct StepRequest {
   SessionId session = 0;
   // The new rows, [rows, d_model] row-major finite floats, rows >= 1: a prefill of many rows or
   // a one-row decode step.
-  std::vector<float> rows;
+  std::vector<float> rows = {};
   // When non-empty / non-zero, must equal the session's model name / version (the client's
   // check that it talks to the version it started with).
-  std::string model;
+  std::string model = {};
   int64_t model_version = 0;
-  StepCallback done;
+  StepCallback done = nullptr;
 };
 
 struct DecodeRuntimeOptions {
