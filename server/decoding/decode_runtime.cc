@@ -292,6 +292,11 @@ void DecodeRuntime::Loop() {
         budget_.Detach(*s.model, s.cache);
         s.pool = nullptr;
       }
+      {
+        // Counted before the listener hears of it, so a reader woken by it sees the count.
+        std::lock_guard<std::mutex> count_lock(mu_);
+        ++totals_.sessions_closed[static_cast<int>(closing.reason)];
+      }
       if (listener_ != nullptr) listener_->OnSessionClosed(s.id, closing.reason);
     }
     for (auto& session : cancelled_loads) {
@@ -312,9 +317,6 @@ void DecodeRuntime::Loop() {
 
     lock.lock();
     const int64_t done_us = clock_->NowMicros();
-    for (const Closing& closing : closes) {
-      ++totals_.sessions_closed[static_cast<int>(closing.reason)];
-    }
     std::vector<std::pair<absl::Status, std::vector<std::unique_ptr<StepItem>>>> load_failures;
     for (size_t i = 0; i < loads.size(); ++i) {
       Session& s = *loads[i];
