@@ -292,12 +292,17 @@ void DecodeRuntime::Loop() {
         budget_.Detach(*s.model, s.cache);
         s.pool = nullptr;
       }
+      const SessionId id = s.id;
+      // Let go of the session (and with it, perhaps, the last hold on its model version) before
+      // anyone hears that it closed.
+      closing.dropped.clear();
+      closing.session.reset();
       {
         // Counted before the listener hears of it, so a reader woken by it sees the count.
         std::lock_guard<std::mutex> count_lock(mu_);
         ++totals_.sessions_closed[static_cast<int>(closing.reason)];
       }
-      if (listener_ != nullptr) listener_->OnSessionClosed(s.id, closing.reason);
+      if (listener_ != nullptr) listener_->OnSessionClosed(id, closing.reason);
     }
     for (auto& session : cancelled_loads) {
       if (session->on_ready) {
@@ -308,28 +313,37 @@ void DecodeRuntime::Loop() {
     std::vector<Session*> raw;
     for (auto& session : loads) raw.push_back(session.get());
     const std::vector<absl::Status> loaded = runner_.Load(raw);
-    for (size_t i = 0; i < loads.size(); ++i) {
-      if (loads[i]->on_ready) std::exchange(loads[i]->on_ready, nullptr)(loaded[i]);
+    if (!loads.empty()) {
+      // A session whose load failed is gone before anyone hears of it.
+      std::vector<std::pair<absl::Status, std::vector<std::unique_ptr<StepItem>>>> failures;
+      lock.lock();
+      const int64_t loaded_us = clock_->NowMicros();
+      for (size_t i = 0; i < loads.size(); ++i) {
+        Session& s = *loads[i];
+        if (loaded[i].ok()) {
+          s.ready = true;
+          s.last_active_us = loaded_us;
+        } else if (sessions_.erase(s.id) != 0) {  // Else closed meanwhile: steps dropped.
+          auto dropped = scheduler_.RemoveKey(s.id);
+          steps_queued_ -= static_cast<int64_t>(dropped.size());
+          failures.emplace_back(loaded[i], std::move(dropped));
+        }
+      }
+      lock.unlock();
+      for (size_t i = 0; i < loads.size(); ++i) {
+        if (loads[i]->on_ready) std::exchange(loads[i]->on_ready, nullptr)(loaded[i]);
+      }
+      for (auto& [status, items] : failures) {
+        for (auto& item : items) std::exchange(item->done, nullptr)(status);
+      }
     }
     std::vector<SessionId> failed_unfinished;
     IterationReport report;
     if (!slices.empty()) report = runner_.Run(slices, &failed_unfinished);
 
+    // Settle the books before answering, so that what a caller reads once answered is current.
     lock.lock();
     const int64_t done_us = clock_->NowMicros();
-    std::vector<std::pair<absl::Status, std::vector<std::unique_ptr<StepItem>>>> load_failures;
-    for (size_t i = 0; i < loads.size(); ++i) {
-      Session& s = *loads[i];
-      if (loaded[i].ok()) {
-        s.ready = true;
-        s.last_active_us = done_us;
-        continue;
-      }
-      if (sessions_.erase(s.id) == 0) continue;  // Closed meanwhile: its steps were dropped.
-      auto dropped = scheduler_.RemoveKey(s.id);
-      steps_queued_ -= static_cast<int64_t>(dropped.size());
-      load_failures.emplace_back(loaded[i], std::move(dropped));
-    }
     auto account = [&](StepItem& item) {
       item.session->queued_rows -= item.num_rows;
       item.session->last_active_us = done_us;
@@ -338,19 +352,21 @@ void DecodeRuntime::Loop() {
     for (StepScheduler::Slice& slice : slices) {
       if (slice.finished != nullptr) account(*slice.finished);
     }
+    std::vector<std::unique_ptr<StepItem>> removed;  // Alive until answered.
     for (SessionId key : failed_unfinished) {
-      if (std::unique_ptr<StepItem> item = scheduler_.Remove(key)) account(*item);
+      if (std::unique_ptr<StepItem> item = scheduler_.Remove(key)) {
+        account(*item);
+        removed.push_back(std::move(item));
+      }
     }
     if (!slices.empty()) {
       ++totals_.iterations;
       totals_.prefill_tokens += report.prefill_tokens;
       totals_.decode_tokens += report.decode_tokens;
-    }
-    if (!load_failures.empty()) {
       lock.unlock();
-      for (auto& [status, items] : load_failures) {
-        for (auto& item : items) std::exchange(item->done, nullptr)(status);
-      }
+      runner_.AnswerAll(slices);
+      slices.clear();
+      removed.clear();
       lock.lock();
     }
     if (finishing) {

@@ -168,27 +168,42 @@ IterationReport IterationRunner::Run(std::vector<StepScheduler::Slice>& slices,
     }
   }
   report.compute_us = clock_->NowMicros() - start_us;
+  // Roll back failed items first, so the budget is current before anyone is answered.
   for (size_t i = 0; i < slices.size(); ++i) {
-    StepScheduler::Slice& slice = slices[i];
-    StepItem& item = *slice.item;
-    Session& s = *item.session;
-    if (!statuses[i].ok()) {
-      ++report.failed;
-      if (slice.begin > 0 && s.pool != nullptr && !s.cross) {
-        // Earlier chunks of this item were committed: undo them, the step is all or nothing.
-        s.pool->Commit(s.cache, item.start_length);
-        s.pool->Trim(s.cache);
-      }
-      Answer(item, WithSession(s.id, statuses[i]));
-      if (slice.finished == nullptr) failed_unfinished->push_back(slice.key);
-      continue;
+    const StepScheduler::Slice& slice = slices[i];
+    Session& s = *slice.item->session;
+    if (!statuses[i].ok() && slice.begin > 0 && s.pool != nullptr && !s.cross) {
+      // Earlier chunks of this item were committed: undo them, a step is all or nothing.
+      s.pool->Commit(s.cache, slice.item->start_length);
+      s.pool->Trim(s.cache);
     }
-    (slice.decode() ? report.decode_tokens : report.prefill_tokens) += slice.count;
-    if (slice.finished != nullptr) Answer(item, std::move(item.output));
   }
   budget_->Refresh();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const StepScheduler::Slice& slice = slices[i];
+    if (!statuses[i].ok()) {
+      ++report.failed;
+      if (slice.finished == nullptr) failed_unfinished->push_back(slice.key);
+    } else {
+      (slice.decode() ? report.decode_tokens : report.prefill_tokens) += slice.count;
+    }
+  }
+  statuses_ = std::move(statuses);
   if (listener_ != nullptr) listener_->OnIteration(report);
   return report;
+}
+
+void IterationRunner::AnswerAll(std::vector<StepScheduler::Slice>& slices) {
+  for (size_t i = 0; i < slices.size() && i < statuses_.size(); ++i) {
+    StepScheduler::Slice& slice = slices[i];
+    StepItem& item = *slice.item;
+    if (!statuses_[i].ok()) {
+      Answer(item, WithSession(item.session->id, statuses_[i]));
+    } else if (slice.finished != nullptr) {
+      Answer(item, std::move(item.output));
+    }
+  }
+  statuses_.clear();
 }
 
 void IterationRunner::Answer(StepItem& item, absl::StatusOr<std::vector<float>> result) {

@@ -10,8 +10,8 @@
 // fails after earlier chunks of it succeeded has its cache rolled back to where it started, so a
 // step is all or nothing.
 //
-// Every item is answered through its callback exactly once: when its last chunk succeeds, or
-// when any chunk fails.
+// Every item is answered through its callback exactly once (AnswerAll): when its last chunk
+// succeeds, or when any chunk fails.
 //
 // Thread-safety: NOT thread-safe; one thread (the runtime's loop) uses it and the sessions'
 // caches. Not owned: the budget, clock and listener, which outlive it.
@@ -44,11 +44,16 @@ class IterationRunner {
   // session that failed holds no blocks and is detached. Does not call on_ready.
   std::vector<absl::Status> Load(std::span<Session* const> sessions);
 
-  // Runs `slices` and answers every item that finished or failed. `failed_unfinished` receives
-  // the keys whose head item failed in a chunk that was not its last: that item is answered but
-  // still queued, for the caller to remove without answering it again.
+  // Runs `slices` (outputs written, failed items' caches rolled back, the budget refreshed,
+  // the listener told) without answering anyone yet. `failed_unfinished` receives the keys whose
+  // head item failed in a chunk that was not its last: that item is still queued, for the caller
+  // to remove (keeping it alive until AnswerAll).
   IterationReport Run(std::vector<StepScheduler::Slice>& slices,
                       std::vector<SessionId>* failed_unfinished);
+  // Answers every item of the last Run's `slices` that finished or failed, exactly once. Split
+  // from Run so the caller can settle its own books first (what a callback's caller then reads
+  // is current).
+  void AnswerAll(std::vector<StepScheduler::Slice>& slices);
 
  private:
   // The checks before any forward pass; `pending_bytes` accumulates admitted growth.
@@ -64,6 +69,7 @@ class IterationRunner {
   core::CachedAttentionExecutor executor_;
   // Scratch of one forward pass, reused.
   std::vector<float> query_, output_;
+  std::vector<absl::Status> statuses_;  // Of the last Run, for AnswerAll.
 };
 
 }  // namespace attnserve::decoding
