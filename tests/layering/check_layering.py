@@ -28,7 +28,9 @@ ALLOWED = {
     "server/conversion": ["server/runtime"] + BELOW_RUNTIME,
     # One folder per wire protocol. The Open Inference Protocol reuses attnserve.v1's attention
     # validation; attnserve.v1 knows nothing of it.
-    "server/conversion/attnserve_v1": ["server/conversion", "server/runtime"] + BELOW_RUNTIME,
+    # attnserve.v1's Decode stream converts to the decoding runtime's plain types.
+    "server/conversion/attnserve_v1": ["server/conversion", "server/runtime", "server/decoding",
+                                       "server/batching", "core/kv_cache"] + BELOW_RUNTIME,
     "server/conversion/oip": ["server/conversion/attnserve_v1", "server/conversion",
                               "server/runtime"] + BELOW_RUNTIME,
     "server/service": ["server/conversion", "server/conversion/attnserve_v1",
