@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/decoding/decode_runtime.h"
+#include "tests/server/metrics/exposition.h"
 #include "tests/server/service/server_test_support.h"
 
 namespace attnserve::testing {
@@ -204,6 +205,19 @@ TEST_F(DecodeTest, CancelledStreamFreesAllItsCache) {
   EXPECT_TRUE(AllFreed());
   EXPECT_EQ(runtime().Stats().sessions_closed[static_cast<int>(decoding::CloseReason::kOwnerGone)],
             2);
+
+  // The same, as Prometheus sees it.
+  absl::StatusOr<Samples> samples = Scrape(server().metrics_port());
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"used\"}"), 0);
+  EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"capacity\"}"),
+            static_cast<double>(runtime().options().kv.budget_bytes));
+  EXPECT_EQ(ValueOf(*samples, "attnserve_decode_sessions_open"), 0);
+  EXPECT_EQ(ValueOf(*samples, "attnserve_decode_sessions_closed_total{reason=\"owner_gone\"}"), 2);
+  EXPECT_EQ(ValueOf(*samples, "attnserve_decode_sessions_closed_total{reason=\"client\"}"), 0);
+  EXPECT_EQ(ValueOf(*samples, "attnserve_decode_tokens_total{kind=\"prefill\"}"), 60);
+  EXPECT_EQ(ValueOf(*samples, "attnserve_decode_step_latency_seconds_count"), 2);
+  EXPECT_GE(ValueOf(*samples, "attnserve_decode_iteration_tokens_count"), 1);
 }
 
 TEST_F(DecodeTest, BudgetExhaustionFailsOneStepWhileOthersContinue) {
@@ -300,8 +314,7 @@ TEST_F(DecodeTest, BadItemsFailAloneWithClearErrors) {
       StepOutput(next_answer, 0),
       Slice(CoreCompute(*Layer(kSmallModel), {.query = all, .causal = true}).output, d, 2, 1)));
 
-  // Bytes that are no DecodeRequest at all are answered in-band too (wire_parsing_test covers
-  // the raw path); the stream ends normally.
+  // (Bytes that are no DecodeRequest at all: wire_parsing_test.)
   EXPECT_TRUE(a.Close().ok());
   EXPECT_TRUE(AllFreed());
 }

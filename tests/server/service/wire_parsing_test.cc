@@ -22,6 +22,7 @@ using ::testing::HasSubstr;
 
 constexpr char kAttend[] = "/attnserve.v1.AttentionService/Attend";
 constexpr char kAttendStream[] = "/attnserve.v1.AttentionService/AttendStream";
+constexpr char kDecode[] = "/attnserve.v1.AttentionService/Decode";
 
 // A field tag of wire type 7, which does not exist: no protobuf message parses from it.
 grpc::ByteBuffer Garbage() {
@@ -137,6 +138,43 @@ TEST_F(WireParsingTest, AnUnparseableStreamMessageGetsAnInBandErrorAndTheStreamG
   bool ok;
   while (queue.Next(&tag, &ok)) {
   }
+}
+
+TEST_F(WireParsingTest, AnUnparseableDecodeMessageGetsAnInBandErrorAndTheStreamEndsOk) {
+  StartServer();
+  grpc::GenericStub stub(channel());
+  grpc::CompletionQueue queue;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, kDecode, &queue);
+  int step = 0;
+  auto await = [&]() {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(queue.Next(&tag, &ok));
+    EXPECT_EQ(tag, reinterpret_cast<void*>(static_cast<intptr_t>(step)));
+    return ok;
+  };
+  auto next_tag = [&] { return reinterpret_cast<void*>(static_cast<intptr_t>(++step)); };
+  call->StartCall(next_tag());
+  ASSERT_TRUE(await());
+  const grpc::ByteBuffer garbage = Garbage();
+  call->Write(garbage, next_tag());
+  ASSERT_TRUE(await());
+  grpc::ByteBuffer bytes;
+  call->Read(&bytes, next_tag());
+  ASSERT_TRUE(await());
+  v1::DecodeResponse answer;
+  ASSERT_TRUE(server::ParseWireMessage(bytes, "response", &answer).ok());
+  EXPECT_EQ(answer.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(answer.error().message(),
+              HasSubstr("message: expected a serialised attnserve.v1.DecodeRequest"));
+  call->WritesDone(next_tag());
+  ASSERT_TRUE(await());
+  grpc::Status status;
+  call->Finish(&status, next_tag());
+  ASSERT_TRUE(await());
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 }  // namespace
