@@ -79,6 +79,19 @@ class DecodeStream {
 
 class DecodeTest : public ServerTest {
  protected:
+  // Opens two self-attention sessions of the small model on `stream`, each with a prompt of the
+  // given rows (values from seeds 5 and 6), and returns the answer.
+  v1::DecodeResponse OpenTwo(DecodeStream& stream, const std::string& first, int64_t first_rows,
+                             const std::string& second, int64_t second_rows) {
+    v1::DecodeRequest open;
+    AddOpen(&open, first, kSmallModel);
+    AddOpen(&open, second, kSmallModel);
+    AddStep(&open, first, TestValues(first_rows * kSmallWidth, 5), kSmallWidth);
+    AddStep(&open, second, TestValues(second_rows * kSmallWidth, 6), kSmallWidth);
+    v1::DecodeResponse answer = stream.Call(open);
+    EXPECT_EQ(answer.steps_size(), 2);
+    return answer;
+  }
   decoding::DecodeRuntime& runtime() { return server().decode_runtime(); }
   // Waits (bounded) until the runtime holds no session and no cache.
   ::testing::AssertionResult AllFreed() {
@@ -187,14 +200,8 @@ TEST_F(DecodeTest, InterleavedSelfAndCrossSessionsEqualTheCoreForward) {
 
 TEST_F(DecodeTest, CancelledStreamFreesAllItsCache) {
   StartServer();
-  const int64_t d = kSmallWidth;
   DecodeStream a(stub());
-  v1::DecodeRequest open;
-  AddOpen(&open, "p", kSmallModel);
-  AddOpen(&open, "q", kSmallModel);
-  AddStep(&open, "p", TestValues(40 * d, 5), d);
-  AddStep(&open, "q", TestValues(20 * d, 6), d);
-  const v1::DecodeResponse opened = a.Call(open);
+  const v1::DecodeResponse opened = OpenTwo(a, "p", 40, "q", 20);
   ASSERT_EQ(opened.steps_size(), 2);
   EXPECT_FALSE(opened.steps(0).has_error());
   EXPECT_GT(runtime().Stats().kv_bytes_used, 0);
@@ -226,12 +233,7 @@ TEST_F(DecodeTest, BudgetExhaustionFailsOneStepWhileOthersContinue) {
   StartServer(options);
   const int64_t d = kSmallWidth;
   DecodeStream a(stub());
-  v1::DecodeRequest open;
-  AddOpen(&open, "small", kSmallModel);
-  AddOpen(&open, "huge", kSmallModel);
-  AddStep(&open, "small", TestValues(4 * d, 7), d);
-  AddStep(&open, "huge", TestValues(2000 * d, 8), d);
-  const v1::DecodeResponse answer = a.Call(open);
+  const v1::DecodeResponse answer = OpenTwo(a, "small", 4, "huge", 2000);
   ASSERT_EQ(answer.steps_size(), 2);
   EXPECT_FALSE(answer.steps(0).has_error()) << answer.steps(0).error().message();
   ASSERT_TRUE(answer.steps(1).has_error());
