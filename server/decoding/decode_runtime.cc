@@ -313,9 +313,11 @@ void DecodeRuntime::Loop() {
     std::vector<Session*> raw;
     for (auto& session : loads) raw.push_back(session.get());
     const std::vector<absl::Status> loaded = runner_.Load(raw);
+    // Steps of sessions whose load failed. Kept to the end of the pass: one of them may be the
+    // head of a prompt whose chunk is in `slices` (the runner then fails it without answering).
+    std::vector<std::pair<absl::Status, std::vector<std::unique_ptr<StepItem>>>> failures;
     if (!loads.empty()) {
       // A session whose load failed is gone before anyone hears of it.
-      std::vector<std::pair<absl::Status, std::vector<std::unique_ptr<StepItem>>>> failures;
       lock.lock();
       const int64_t loaded_us = clock_->NowMicros();
       for (size_t i = 0; i < loads.size(); ++i) {
@@ -334,7 +336,9 @@ void DecodeRuntime::Loop() {
         if (loads[i]->on_ready) std::exchange(loads[i]->on_ready, nullptr)(loaded[i]);
       }
       for (auto& [status, items] : failures) {
-        for (auto& item : items) std::exchange(item->done, nullptr)(status);
+        for (auto& item : items) {
+          if (item->done != nullptr) std::exchange(item->done, nullptr)(status);
+        }
       }
     }
     std::vector<SessionId> failed_unfinished;

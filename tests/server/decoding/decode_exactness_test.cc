@@ -173,7 +173,7 @@ TEST(DecodeExactnessTest, LongPromptIsChunkedWhileOtherSessionsDecodeEveryIterat
     std::vector<float> x;
     std::vector<float> out;
     int64_t answered = 0;
-    absl::Notification finished;
+    Notification finished;
     absl::Status error;
   };
   std::vector<std::unique_ptr<Decoder>> decoders;

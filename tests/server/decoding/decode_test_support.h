@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/model/model.h"
+#include "core/util/notification.h"
 #include "gtest/gtest.h"
 #include "server/decoding/decode_runtime.h"
 #include "tests/core/attention_test_support.h"
@@ -50,7 +50,7 @@ inline TestModel MakeModel(const std::string& name, int64_t version, uint64_t se
 
 // One step's answer.
 struct Answer {
-  absl::Notification notified;
+  Notification notified;
   std::optional<absl::StatusOr<std::vector<float>>> result;
 
   decoding::StepCallback Callback() {
@@ -78,7 +78,7 @@ inline absl::Status Append(decoding::DecodeRuntime& runtime, decoding::SessionId
 inline decoding::SessionId OpenReady(decoding::DecodeRuntime& runtime,
                                      std::shared_ptr<const model::Model> model,
                                      decoding::OwnerKey owner = 0, std::vector<float> memory = {}) {
-  auto ready = std::make_shared<absl::Notification>();
+  auto ready = std::make_shared<Notification>();
   auto status = std::make_shared<absl::Status>();
   absl::StatusOr<decoding::SessionId> id =
       runtime.Open({.model = std::move(model), .owner = owner, .memory = std::move(memory)},
