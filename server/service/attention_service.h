@@ -35,9 +35,10 @@ using AttentionServiceBase = v1::AttentionService::WithRawCallbackMethod_Attend<
 class AttentionService final : public AttentionServiceBase {
  public:
   // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
-  // `metrics` (not owned; null = none) must outlive the service. Each AttendStream holds at most
-  // `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus one, and all of
-  // them together `max_streams_unsent_bytes` (>= 1) plus one each (attend_stream_reactor.h).
+  // `metrics` (not owned; null = none) must outlive the service. Each AttendStream (and Decode
+  // stream) holds at most `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus
+  // one, and all of them together `max_streams_unsent_bytes` (>= 1) plus one each
+  // (attend_stream_reactor.h).
   explicit AttentionService(const ModelRouter* router,
                             batching::Clock* clock = batching::RealClock::Default(),
                             metrics::ServerMetrics* metrics = nullptr,

@@ -18,6 +18,8 @@ struct DecodeStreamReactor::Pending {
   int outstanding ABSL_GUARDED_BY(mu) = 1;
   // Sessions the message closes, once its steps are answered.
   std::vector<decoding::SessionId> to_close ABSL_GUARDED_BY(mu);
+  // The message's size, held in the stream's unsent bytes until its answer replaces it.
+  int64_t reserved_bytes = 0;
 };
 
 namespace {
@@ -40,8 +42,13 @@ grpc::ByteBuffer Serialized(const v1::DecodeResponse& response) {
 
 DecodeStreamReactor::DecodeStreamReactor(decoding::DecodeRuntime* runtime,
                                          const ModelRouter* router, StreamRegistry* streams,
-                                         decoding::OwnerKey owner, bool draining)
-    : runtime_(runtime), router_(router), streams_(streams), owner_(owner) {
+                                         decoding::OwnerKey owner, bool draining,
+                                         int64_t max_unsent_bytes)
+    : runtime_(runtime),
+      router_(router),
+      streams_(streams),
+      owner_(owner),
+      max_unsent_bytes_(max_unsent_bytes) {
   streams_->Register(this);
   Actions actions;
   {
@@ -56,20 +63,23 @@ void DecodeStreamReactor::OnReadDone(bool ok) {
   TakeOver(&request_);
   Actions actions;
   if (ok) {
+    // Its answer (outputs as wide as its rows) is about its size: reserved until written.
+    const int64_t reserved = static_cast<int64_t>(request_.Length());
     {
       // Counted before its items start: their answers may come before Start returns.
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
+      AddUnsentLocked(reserved);
     }
     v1::DecodeRequest message;
     const absl::Status parsed = ParseWireMessage(request_, "message", &message);
     request_.Clear();
     if (parsed.ok()) {
-      Start(message);
+      Start(message, reserved);
     } else {
       v1::DecodeResponse response;
       FillDecodeError(parsed, response.mutable_error());
-      Answer(response);
+      Answer(response, reserved);
     }
   }
   {
@@ -81,8 +91,9 @@ void DecodeStreamReactor::OnReadDone(bool ok) {
   Perform(actions);
 }
 
-void DecodeStreamReactor::Start(const v1::DecodeRequest& message) {
+void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserved_bytes) {
   auto pending = std::make_shared<Pending>();
+  pending->reserved_bytes = reserved_bytes;
   {
     std::lock_guard<std::mutex> lock(pending->mu);
     v1::DecodeResponse& response = pending->response;
@@ -224,17 +235,19 @@ void DecodeStreamReactor::ItemDone(const std::shared_ptr<Pending>& pending) {
     }
   }
   std::lock_guard<std::mutex> lock(pending->mu);  // For the analysis; uncontended.
-  Answer(pending->response);
+  Answer(pending->response, pending->reserved_bytes);
 }
 
-void DecodeStreamReactor::Answer(const v1::DecodeResponse& response) {
+void DecodeStreamReactor::Answer(const v1::DecodeResponse& response, int64_t reserved_bytes) {
   grpc::ByteBuffer answer = Serialized(response);  // Outside mu_.
   Actions actions;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    AddUnsentLocked(-reserved_bytes);
     if (write_failed_ || finished_) {
       --in_flight_;  // Dropped: nobody will read it.
     } else {
+      AddUnsentLocked(static_cast<int64_t>(answer.Length()));
       pending_.push_back(std::move(answer));
     }
     DecideLocked(&actions);
@@ -248,12 +261,16 @@ void DecodeStreamReactor::OnWriteDone(bool ok) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
+    AddUnsentLocked(-static_cast<int64_t>(pending_.front().Length()));
     pending_.pop_front();
     --in_flight_;
     if (!ok) {
       // The client is gone: answers still to come are dropped.
       write_failed_ = true;
       in_flight_ -= static_cast<int>(pending_.size());
+      for (const grpc::ByteBuffer& answer : pending_) {
+        AddUnsentLocked(-static_cast<int64_t>(answer.Length()));
+      }
       pending_.clear();
     }
     DecideLocked(&actions);
@@ -293,7 +310,8 @@ void DecodeStreamReactor::FinishDrained() {
 
 void DecodeStreamReactor::DecideLocked(Actions* actions) {
   if (finished_) return;
-  if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream) {
+  if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream &&
+      unsent_bytes_ < max_unsent_bytes_ && (in_flight_ == 0 || !streams_->OverBudget())) {
     reading_ = true;
     actions->read = true;
   }
@@ -307,6 +325,11 @@ void DecodeStreamReactor::DecideLocked(Actions* actions) {
     actions->finish = true;
     actions->drained = drained_;
   }
+}
+
+void DecodeStreamReactor::AddUnsentLocked(int64_t delta) {
+  unsent_bytes_ += delta;
+  streams_->AddUnsentBytes(delta);
 }
 
 void DecodeStreamReactor::Perform(const Actions& actions) {

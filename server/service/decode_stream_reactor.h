@@ -15,8 +15,11 @@
 // cancel the sessions are closed at once, so queued steps are answered CANCELLED and the call ends
 // without waiting for compute it no longer needs.
 //
-// Flow control: one read and one write outstanding; the reactor stops reading while
-// kMaxInFlightPerStream messages are read and not yet answered and written.
+// Flow control, as AttendStream's: one read and one write outstanding; the reactor stops reading
+// while kMaxInFlightPerStream messages are read and not yet answered and written, or while their
+// bytes reach max_unsent_bytes (a message still computing counts its own size, an answer its
+// serialised size), or, with a message in flight, while all streams together are over the
+// registry's budget. So a client that does not read its answers is slowed, not buffered.
 //
 // Drain (DrainableStream): the stream stops reading, answers the messages it accepted, then
 // finishes UNAVAILABLE ("server is shutting down"), so a client knows to reconnect elsewhere.
@@ -52,9 +55,10 @@ class DecodeStreamReactor final
 
   // Registers with `streams` and starts reading (or, when `draining`, finishes UNAVAILABLE at
   // once). `runtime`, `router` and `streams` must outlive the reactor (the gRPC server is shut
-  // down before them). `owner` must be unique among the runtime's owners.
+  // down before them). `owner` must be unique among the runtime's owners. max_unsent_bytes >= 1.
   DecodeStreamReactor(decoding::DecodeRuntime* runtime, const ModelRouter* router,
-                      StreamRegistry* streams, decoding::OwnerKey owner, bool draining);
+                      StreamRegistry* streams, decoding::OwnerKey owner, bool draining,
+                      int64_t max_unsent_bytes);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -75,7 +79,7 @@ class DecodeStreamReactor final
   };
 
   // Starts every item of `message`; its answer is queued when the last item is done.
-  void Start(const v1::DecodeRequest& message);
+  void Start(const v1::DecodeRequest& message, int64_t reserved_bytes);
   void StartOpen(const v1::DecodeRequest& message, int index,
                  const std::shared_ptr<Pending>& pending);
   void StartStep(const v1::DecodeRequest& message, int index,
@@ -85,14 +89,17 @@ class DecodeStreamReactor final
   // One item of `pending` is done; the last one closes the message's sessions and answers it.
   void ItemDone(const std::shared_ptr<Pending>& pending);
   // Queues an answer for writing (or drops it when the client is gone).
-  void Answer(const v1::DecodeResponse& response);
+  void Answer(const v1::DecodeResponse& response, int64_t reserved_bytes);
   void DecideLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Changes unsent_bytes_, and the server-wide total, by `delta`.
+  void AddUnsentLocked(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Perform(const Actions& actions);
 
   decoding::DecodeRuntime* const runtime_;
   const ModelRouter* const router_;
   StreamRegistry* const streams_;
   const decoding::OwnerKey owner_;
+  const int64_t max_unsent_bytes_;
   grpc::ByteBuffer request_;  // The read buffer; only touched between StartRead and OnReadDone.
 
   std::mutex tags_mu_;
@@ -107,6 +114,8 @@ class DecodeStreamReactor final
   bool drained_ ABSL_GUARDED_BY(mu_) = false;  // Finish UNAVAILABLE instead of OK.
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;     // Messages read, answer not yet written/dropped.
   std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);  // Serialised answers to write.
+  // Sizes of the messages still computing plus those of pending_.
+  int64_t unsent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace attnserve::server
