@@ -93,19 +93,26 @@ class DecodeTest : public ServerTest {
     return answer;
   }
   decoding::DecodeRuntime& runtime() { return server().decode_runtime(); }
-  // Waits (bounded) until the runtime holds no session and no cache.
-  ::testing::AssertionResult AllFreed() {
+  // Waits (bounded) until the runtime holds no session and no cache, and has counted
+  // `closed` closes in all (a close is counted after the session leaves the open ones).
+  ::testing::AssertionResult AllFreed(int64_t closed) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < give_up) {
-      const decoding::DecodeStats stats = runtime().Stats();
-      if (stats.sessions_open == 0 && stats.kv_bytes_used == 0) {
-        return ::testing::AssertionSuccess();
+    decoding::DecodeStats stats = runtime().Stats();
+    const auto closes = [&] {
+      int64_t total = 0;
+      for (int64_t count : stats.sessions_closed) total += count;
+      return total;
+    };
+    while (stats.sessions_open != 0 || stats.kv_bytes_used != 0 || closes() != closed) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        return ::testing::AssertionFailure()
+               << stats.sessions_open << " sessions, " << stats.kv_bytes_used
+               << " bytes still held, " << closes() << " closes counted of " << closed;
       }
       std::this_thread::yield();
+      stats = runtime().Stats();
     }
-    const decoding::DecodeStats stats = runtime().Stats();
-    return ::testing::AssertionFailure()
-           << stats.sessions_open << " sessions, " << stats.kv_bytes_used << " bytes still held";
+    return ::testing::AssertionSuccess();
   }
   std::vector<float> StepOutput(const v1::DecodeResponse& response, int index) {
     const v1::DecodeStepResult& step = response.steps(index);
@@ -192,7 +199,7 @@ TEST_F(DecodeTest, InterleavedSelfAndCrossSessionsEqualTheCoreForward) {
   EXPECT_FALSE(closed.closes(1).has_error());
   EXPECT_TRUE(a.Close().ok());
   EXPECT_TRUE(b.Close().ok());  // Ends with its session open: the stream closes it.
-  EXPECT_TRUE(AllFreed());
+  EXPECT_TRUE(AllFreed(3));
   const decoding::DecodeStats stats = runtime().Stats();
   EXPECT_EQ(stats.sessions_closed[static_cast<int>(decoding::CloseReason::kClient)], 2);
   EXPECT_EQ(stats.sessions_closed[static_cast<int>(decoding::CloseReason::kOwnerGone)], 1);
@@ -209,12 +216,18 @@ TEST_F(DecodeTest, CancelledStreamFreesAllItsCache) {
 
   a.context().TryCancel();
   EXPECT_EQ(a.stream().Finish().error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_TRUE(AllFreed());
+  EXPECT_TRUE(AllFreed(2));
   EXPECT_EQ(runtime().Stats().sessions_closed[static_cast<int>(decoding::CloseReason::kOwnerGone)],
             2);
 
-  // The same, as Prometheus sees it.
+  // The same, as Prometheus sees it (the listener hears of a close just after Stats counts it).
   absl::StatusOr<Samples> samples = Scrape(server().metrics_port());
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (samples.ok() &&
+         ValueOf(*samples, "attnserve_decode_sessions_closed_total{reason=\"owner_gone\"}") != 2 &&
+         std::chrono::steady_clock::now() < give_up) {
+    samples = Scrape(server().metrics_port());
+  }
   ASSERT_TRUE(samples.ok()) << samples.status();
   EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"used\"}"), 0);
   EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"capacity\"}"),
@@ -253,7 +266,7 @@ TEST_F(DecodeTest, BudgetExhaustionFailsOneStepWhileOthersContinue) {
   EXPECT_TRUE(Near(StepOutput(again, 1),
                    CoreCompute(*Layer(kSmallModel), {.query = huge, .causal = true}).output));
   EXPECT_TRUE(a.Close().ok());
-  EXPECT_TRUE(AllFreed());
+  EXPECT_TRUE(AllFreed(2));
 }
 
 TEST_F(DecodeTest, BadItemsFailAloneWithClearErrors) {
@@ -318,7 +331,7 @@ TEST_F(DecodeTest, BadItemsFailAloneWithClearErrors) {
 
   // (Bytes that are no DecodeRequest at all: wire_parsing_test.)
   EXPECT_TRUE(a.Close().ok());
-  EXPECT_TRUE(AllFreed());
+  EXPECT_TRUE(AllFreed(1));
 }
 
 TEST_F(DecodeTest, DrainAnswersAcceptedStepsThenEndsTheStreamUnavailable) {
