@@ -134,18 +134,20 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
   if (!spec.ok()) return fail(spec.status());
   const std::string tag = message.opens(index).session();
   std::shared_ptr<const model::Model> model = route->model;
+  uint64_t serial = 0;
   {
     // Taken before Open: the ready callback (which frees the tag of a failed open) may run
     // before Open returns the id.
     std::lock_guard<std::mutex> lock(tags_mu_);
-    tags_[tag] = DecodeStreamSession{.id = 0, .model = model};
+    serial = ++last_serial_;
+    tags_[tag] = DecodeStreamSession{.id = 0, .model = model, .serial = serial};
   }
-  absl::StatusOr<decoding::SessionId> opened =
-      runtime_->Open(*std::move(spec), [this, pending, index, tag, model](absl::Status ready) {
+  absl::StatusOr<decoding::SessionId> opened = runtime_->Open(
+      *std::move(spec), [this, pending, index, tag, model, serial](absl::Status ready) {
         if (!ready.ok()) {
           std::lock_guard<std::mutex> lock(tags_mu_);
           const auto it = tags_.find(tag);
-          if (it != tags_.end() && it->second.model == model) tags_.erase(it);
+          if (it != tags_.end() && it->second.serial == serial) tags_.erase(it);
         }
         {
           std::lock_guard<std::mutex> lock(pending->mu);
@@ -159,9 +161,11 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
   {
     std::lock_guard<std::mutex> lock(tags_mu_);
     const auto it = tags_.find(tag);
-    if (!opened.ok()) {
-      if (it != tags_.end()) tags_.erase(it);
-    } else if (it != tags_.end() && it->second.id == 0) {
+    if (it == tags_.end() || it->second.serial != serial) {
+      // The open failed meanwhile (its ready callback freed the tag).
+    } else if (!opened.ok()) {
+      tags_.erase(it);
+    } else {
       it->second.id = *opened;  // Still there: the open has not failed meanwhile.
     }
   }

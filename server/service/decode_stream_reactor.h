@@ -104,6 +104,7 @@ class DecodeStreamReactor final
 
   std::mutex tags_mu_;
   DecodeSessionTags tags_ ABSL_GUARDED_BY(tags_mu_);
+  uint64_t last_serial_ ABSL_GUARDED_BY(tags_mu_) = 0;  // Of the last open.
 
   std::mutex mu_;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;

@@ -32,6 +32,8 @@ namespace attnserve::server {
 struct DecodeStreamSession {
   decoding::SessionId id = 0;
   std::shared_ptr<const model::Model> model = nullptr;
+  // The stream's number for this open (tells apart two sessions that used the same tag).
+  uint64_t serial = 0;
 };
 // A stream's open sessions by tag.
 using DecodeSessionTags = absl::flat_hash_map<std::string, DecodeStreamSession>;
