@@ -235,5 +235,25 @@ TEST(DecodeErrorsTest, BadOptionsAreRefusedNamingTheField) {
   expect_field({.max_queued_rows_per_session = 0}, "max_queued_rows_per_session");
 }
 
+TEST(DecodeErrorsTest, QueueingMoreRowsThanTheSessionLimitIsRefusedAtOnce) {
+  const TestModel m = MakeModel("m", 1, 10);
+  auto runtime = DecodeRuntime::Create({.max_queued_rows_per_session = 8, .compute_threads = 1});
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  DecodeRuntime& rt = **runtime;
+  const SessionId id = OpenReady(rt, m.model);
+  Answer first, second, refused;
+  rt.Pause();
+  ASSERT_TRUE(Append(rt, id, UniformValues(5 * kD, 1), &first).ok());
+  ASSERT_TRUE(Append(rt, id, UniformValues(3 * kD, 2), &second).ok());
+  const absl::Status full = Append(rt, id, UniformValues(kD, 3), &refused);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()),
+              HasSubstr("has 8 rows queued; max_queued_rows_per_session is 8"));
+  rt.Resume();
+  EXPECT_TRUE(first.Get().ok()) << first.Get().status();
+  EXPECT_TRUE(second.Get().ok()) << second.Get().status();
+  EXPECT_FALSE(refused.notified.HasBeenNotified());
+}
+
 }  // namespace
 }  // namespace attnserve::testing

@@ -192,5 +192,45 @@ TEST(DecodeSessionsTest, SessionKeepsItsModelVersionAcrossAReload) {
             (std::map<std::pair<std::string, int64_t>, int64_t>{{{"m", 2}, 1}}));
 }
 
+// A client closes a session whose long prompt is half computed (some chunks cached, the rest
+// queued): the prompt is answered CANCELLED once, its blocks come back, the others go on.
+TEST(DecodeSessionsTest, ClosingDuringAChunkedPromptCancelsItAndFreesItsBlocks) {
+  const TestModel m = MakeModel("m", 1, 3);
+  RecordingListener listener;
+  auto runtime =
+      DecodeRuntime::Create({.scheduling = {.max_iteration_tokens = 17, .prefill_chunk_tokens = 16},
+                             .idle_timeout_us = 0,
+                             .compute_threads = 1},
+                            batching::RealClock::Default(), &listener);
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  DecodeRuntime& rt = **runtime;
+  const SessionId prompt_session = OpenReady(rt, m.model);
+  const SessionId decoder = OpenReady(rt, m.model);
+  Answer prompt, first_step, second_step;
+  absl::Status close_status = absl::UnknownError("not called");
+  rt.Pause();
+  ASSERT_TRUE(Append(rt, prompt_session, UniformValues(160 * kD, 1), &prompt).ok());
+  // The decoder's first answer comes with the prompt's first chunk; it closes the prompt's
+  // session from there (callbacks may call the runtime), and steps on.
+  decoding::StepRequest step{.session = decoder,
+                             .rows = UniformValues(kD, 2),
+                             .done = [&](absl::StatusOr<std::vector<float>> r) {
+                               close_status = rt.Close(prompt_session);
+                               first_step.Callback()(std::move(r));
+                             }};
+  ASSERT_TRUE(rt.Append(&step).ok());
+  rt.Resume();
+  ASSERT_TRUE(first_step.Get().ok()) << first_step.Get().status();
+  EXPECT_TRUE(close_status.ok()) << close_status;
+  EXPECT_EQ(prompt.Get().status().code(), absl::StatusCode::kCancelled) << prompt.Get().status();
+  ASSERT_TRUE(listener.WaitForClosed(1));
+  ASSERT_TRUE(Append(rt, decoder, UniformValues(kD, 3), &second_step).ok());
+  ASSERT_TRUE(second_step.Get().ok()) << second_step.Get().status();
+  EXPECT_EQ(rt.Stats().kv_bytes_used, 16 * 2 * kD * 4) << "only the decoder's block is in use";
+  ASSERT_TRUE(rt.Close(decoder).ok());
+  ASSERT_TRUE(listener.WaitForClosed(2));
+  EXPECT_EQ(rt.Stats().kv_bytes_used, 0);
+}
+
 }  // namespace
 }  // namespace attnserve::testing
