@@ -57,6 +57,10 @@ absl::Status ValidateOptions(const ServerOptions& options) {
         absl::StrCat("malloc_trim_interval_ms: expected >= 0 (0 = never), got ",
                      options.malloc_trim_interval_ms));
   }
+  if (absl::Status status = decoding::ValidateDecodeRuntimeOptions(options.decoding);
+      !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("decoding.", status.message()));
+  }
   if (options.grpc_memory_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grpc_memory_bytes: expected >= 0 (0 = no quota), got ", options.grpc_memory_bytes));
@@ -223,6 +227,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   if (options.runner.compute_threads == 0) options.runner.compute_threads = AvailableCores();
   // One batch thread per compute thread, so that under load every compute thread has a batch.
   if (options.num_batch_threads == 0) options.num_batch_threads = options.runner.compute_threads;
+  if (options.decoding.compute_threads == 0) {
+    options.decoding.compute_threads = options.runner.compute_threads;
+  }
   options.model_limits.request.max_response_bytes = options.max_message_bytes;
   if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
   std::unique_ptr<Server> server(new Server());
@@ -253,6 +260,24 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   server->service_ = std::make_unique<AttentionService>(
       &server->router_, batching::RealClock::Default(), server->metrics_.get(),
       options.max_stream_unsent_bytes, options.max_streams_unsent_bytes);
+  // Decoding sessions: one loop thread; its metrics through the listener, its states at scrape.
+  if (server->metrics_ != nullptr) {
+    server->decode_listener_ = std::make_unique<DecodeMetricsListener>(&server->metrics_->decode());
+  }
+  absl::StatusOr<std::unique_ptr<decoding::DecodeRuntime>> decode_runtime =
+      decoding::DecodeRuntime::Create(options.decoding, batching::RealClock::Default(),
+                                      server->decode_listener_.get());
+  if (!decode_runtime.ok()) return decode_runtime.status();
+  server->decode_runtime_ = *std::move(decode_runtime);
+  server->service_->EnableDecoding(server->decode_runtime_.get());
+  if (server->metrics_ != nullptr) {
+    server->metrics_->decode().SetSnapshotSource([runtime = server->decode_runtime_.get()] {
+      const decoding::DecodeStats stats = runtime->Stats();
+      return metrics::DecodeSnapshot{.kv_bytes_used = stats.kv_bytes_used,
+                                     .kv_bytes_capacity = stats.kv_bytes_capacity,
+                                     .sessions_open = stats.sessions_open};
+    });
+  }
   // The Open Inference Protocol on the same port, through the same submitter and drain.
   server->inference_service_ = std::make_unique<InferenceService>(
       &server->service_->submitter(), &server->service_->open_calls(),
@@ -349,7 +374,12 @@ void Server::Shutdown(absl::Duration grace) {
     service_->BeginDrain();  // New requests: UNAVAILABLE; idle streams finish.
     // Stops polling, then computes every accepted request at once, without waiting out
     // max_queue_delay_us, and answers it; afterwards the queues refuse work.
-    std::thread drainer([this] { lifecycle_->DrainAll(); });
+    // The decoding runtime likewise answers every accepted step, then closes its sessions (the
+    // Decode streams, told to stop reading above, finish UNAVAILABLE once answered).
+    std::thread drainer([this] {
+      lifecycle_->DrainAll();
+      decode_runtime_->Drain();
+    });
     // Once every call is answered, the connections stay open a little longer so that clients
     // read their last answers before gRPC closes them (open_calls.h tells why).
     if (service_->open_calls().WaitUntilNone(steady_deadline)) {

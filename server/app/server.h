@@ -15,8 +15,10 @@
 #include "absl/time/time.h"
 #include "core/util/notification.h"
 #include "server/app/certificate_monitor.h"
+#include "server/app/decode_metrics_listener.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/server_options.h"
+#include "server/decoding/decode_runtime.h"
 #include "server/metrics/metrics_exposer.h"
 #include "server/metrics/server_metrics.h"
 #include "server/runtime/batch_runner.h"
@@ -60,6 +62,8 @@ class Server {
   const ModelRouter& router() const { return router_; }
   const ModelLifecycle& lifecycle() const { return *lifecycle_; }
   AttentionService& service() { return *service_; }
+  // The decoding sessions' runtime (attnserve.v1 Decode).
+  decoding::DecodeRuntime& decode_runtime() { return *decode_runtime_; }
 
   // Drains: health goes NOT_SERVING, new requests get UNAVAILABLE, every accepted request is
   // computed and answered, then the server stops. RPCs still open after `grace` (e.g. streams
@@ -86,6 +90,9 @@ class Server {
   std::unique_ptr<AttendScheduler> scheduler_;
   ModelRouter router_;
   std::unique_ptr<ModelLifecycle> lifecycle_;
+  std::unique_ptr<DecodeMetricsListener> decode_listener_;  // Null when metrics are off.
+  // Before the service, whose Decode streams use it: destroyed after the gRPC server and them.
+  std::unique_ptr<decoding::DecodeRuntime> decode_runtime_;
   std::unique_ptr<AttentionService> service_;
   std::unique_ptr<InferenceService> inference_service_;  // Shares service_'s submitter.
   std::unique_ptr<grpc::Server> grpc_server_;

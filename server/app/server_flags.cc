@@ -175,6 +175,27 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "resource quota; 0 = no quota)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--kv-cache-budget-mb", flags.kv_cache_budget_mb,
+                 "MiB of KV cache all decoding sessions together may hold (Decode); a step past "
+                 "it gets RESOURCE_EXHAUSTED. 256 MiB caches 32,768 tokens of d_model 512")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--decode-max-iteration-tokens",
+                 flags.server.decoding.scheduling.max_iteration_tokens,
+                 "Most rows (decode steps and prefill chunks) per decoding iteration")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--decode-prefill-chunk-tokens",
+                 flags.server.decoding.scheduling.prefill_chunk_tokens,
+                 "Most prompt rows of one session per decoding iteration (long prompts are cut "
+                 "into chunks of this size; at most --decode-max-iteration-tokens)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--decode-idle-timeout-s", flags.decode_idle_timeout_s,
+                 "Seconds a decoding session may go without a step before it is closed (0 = "
+                 "never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--log-level", flags.log_level,
                  "trace, debug (one line per request), info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -209,6 +230,9 @@ void FinishServerFlags(ServerFlags& flags) {
       static_cast<int64_t>(std::llround(flags.keepalive_time_s * 1000.0));
   flags.server.keepalive_timeout_ms =
       static_cast<int64_t>(std::llround(flags.keepalive_timeout_s * 1000.0));
+  flags.server.decoding.kv.budget_bytes = flags.kv_cache_budget_mb << 20;
+  flags.server.decoding.idle_timeout_us =
+      static_cast<int64_t>(std::llround(flags.decode_idle_timeout_s * 1e6));
 }
 
 }  // namespace attnserve::server

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "server/app/tls_credentials.h"
+#include "server/decoding/decode_types.h"
 #include "server/repository/model_repository.h"
 #include "server/runtime/batch_runner.h"
 #include "server/runtime/model_limits.h"
@@ -77,6 +78,11 @@ struct ServerOptions {
   int64_t malloc_trim_interval_ms = 10000;
   // A connection that has not finished its HTTP/2 (and TLS) handshake in this long is closed.
   int64_t handshake_timeout_ms = 10000;
+  // Decoding sessions (attnserve.v1 Decode): the KV cache budget (kv.budget_bytes, a fixed
+  // 256 MiB by default: 32,768 cached tokens of d_model 512, an eighth of the 2 GiB the
+  // deployment gives the container), iteration sizes and the idle timeout (decode_types.h).
+  // compute_threads 0 is resolved to runner.compute_threads.
+  decoding::DecodeRuntimeOptions decoding = {};
 };
 
 }  // namespace attnserve::server

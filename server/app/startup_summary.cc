@@ -83,6 +83,12 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
       "I/O and validation",
       AvailableCores(), options.runner.compute_threads, options.runner.parallel_min_mflop,
       options.num_batch_threads);
+  const decoding::DecodeRuntimeOptions& decoding = options.decoding;
+  spdlog::info(
+      "decoding sessions (Decode): KV cache budget {} MiB, at most {} tokens per iteration, "
+      "prefill chunks of {} tokens, idle sessions closed after {} s (0 = never)",
+      decoding.kv.budget_bytes >> 20, decoding.scheduling.max_iteration_tokens,
+      decoding.scheduling.prefill_chunk_tokens, decoding.idle_timeout_us / 1000000);
   if (options.model_poll_interval_ms > 0) {
     spdlog::info("watching the repository every {} ms for model changes",
                  options.model_poll_interval_ms);

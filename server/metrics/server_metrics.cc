@@ -206,6 +206,7 @@ ServerMetrics::ServerMetrics(const BuildInfo& build)
                        "answered.")
                    .Register(*registry_)
                    .Add({});
+  decode_ = std::make_unique<DecodeMetrics>(*registry_);
   BuildGauge()
       .Name("attnserve_build_info")
       .Help(
@@ -249,7 +250,7 @@ void ServerMetrics::SetSnapshotSource(std::function<std::vector<ModelSnapshot>()
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>> ServerMetrics::Collectables() const {
-  return {registry_, snapshots_, process_};
+  return {registry_, snapshots_, decode_->Gauges(), process_};
 }
 
 }  // namespace attnserve::server::metrics

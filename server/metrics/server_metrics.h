@@ -38,6 +38,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/metrics/decode_metrics.h"
 
 namespace attnserve::server::metrics {
 
@@ -154,6 +155,9 @@ class ServerMetrics {
   // before the metrics are exposed; the source must stay callable while they are.
   void SetSnapshotSource(std::function<std::vector<ModelSnapshot>()> source);
 
+  // The decoding sessions' metrics (decode_metrics.h).
+  DecodeMetrics& decode() { return *decode_; }
+
   // What the exposer serves: the registry, the scrape-time gauges, the process metrics.
   std::vector<std::shared_ptr<prometheus::Collectable>> Collectables() const;
 
@@ -175,6 +179,7 @@ class ServerMetrics {
   std::shared_ptr<SnapshotCollectable> snapshots_;
   std::shared_ptr<prometheus::Collectable> process_;
   const std::vector<double> latency_buckets_;
+  std::unique_ptr<DecodeMetrics> decode_;
 
   std::shared_mutex mu_;
   std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models_ ABSL_GUARDED_BY(mu_);

@@ -12,6 +12,7 @@
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/grpc_status.h"
 #include "server/service/attend_stream_reactor.h"
+#include "server/service/decode_stream_reactor.h"
 #include "server/service/unary_reactor.h"
 #include "server/service/wire_messages.h"
 #include "spdlog/spdlog.h"
@@ -24,6 +25,21 @@ using AttendReactor = UnaryReactor<v1::AttendResponse>;
 grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
                                     const grpc::Status& status) {
   return server::FinishNow<v1::AttendResponse>(open_calls, meter, status);
+}
+
+// A stream refused before it starts (finished at once with `status`).
+class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// Adds to `info` the decoding sessions its version still holds.
+void AddDecodeSessions(const decoding::DecodeRuntime* runtime, v1::ModelInfo* info) {
+  if (runtime == nullptr) return;
+  const auto sessions = runtime->SessionsPerVersion();
+  const auto it = sessions.find({info->name(), info->version()});
+  info->set_decode_sessions(it == sessions.end() ? 0 : it->second);
 }
 
 }  // namespace
@@ -86,12 +102,25 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::A
   return new AttendStreamReactor(&submitter_, &streams_, context, max_stream_unsent_bytes_);
 }
 
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::Decode(
+    grpc::CallbackServerContext* /*context*/) {
+  if (decode_runtime_ == nullptr) {
+    return new RefusedStream(
+        grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Decode: decoding sessions are not enabled"));
+  }
+  return new DecodeStreamReactor(decode_runtime_, &submitter_.router(), &streams_,
+                                 next_decode_owner_.fetch_add(1), submitter_.draining(),
+                                 max_stream_unsent_bytes_);
+}
+
 grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* /*context*/,
                                                        const v1::ListModelsRequest* /*request*/,
                                                        v1::ListModelsResponse* response) {
   const RequestMeter meter = submitter_.StartMeter(metrics::Method::kListModels, "");
   for (const ModelRoute& route : submitter_.router().Routes()) {
-    FillModelInfo(*route.model, route.limits, route.is_default, response->add_models());
+    v1::ModelInfo* info = response->add_models();
+    FillModelInfo(*route.model, route.limits, route.is_default, info);
+    AddDecodeSessions(decode_runtime_, info);
   }
   return FinishNow(&open_calls_, meter, grpc::Status::OK);
 }
@@ -103,6 +132,7 @@ grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext
   absl::StatusOr<ModelRoute> route = submitter_.router().Route(request->name());
   if (!route.ok()) return FinishNow(&open_calls_, meter, ToGrpcStatus(route.status()));
   FillModelInfo(*route->model, route->limits, route->is_default, response);
+  AddDecodeSessions(decode_runtime_, response);
   return FinishNow(&open_calls_, meter, grpc::Status::OK);
 }
 

@@ -10,8 +10,11 @@
 #ifndef ATTNSERVE_SERVER_SERVICE_ATTENTION_SERVICE_H_
 #define ATTNSERVE_SERVER_SERVICE_ATTENTION_SERVICE_H_
 
+#include <atomic>
+
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "server/batching/clock.h"
+#include "server/decoding/decode_runtime.h"
 #include "server/metrics/server_metrics.h"
 #include "server/runtime/model_router.h"
 #include "server/service/attend_submitter.h"
@@ -20,19 +23,22 @@
 
 namespace attnserve::server {
 
-// Attend and AttendStream take raw bytes (parsed in wire_messages.h, so an unparseable message
-// is answered, not dropped by gRPC); ListModels and GetModel stay typed.
+// Attend, AttendStream and Decode take raw bytes (parsed in wire_messages.h, so an unparseable
+// message is answered, not dropped by gRPC); ListModels and GetModel stay typed.
 using AttentionServiceBase = v1::AttentionService::WithRawCallbackMethod_Attend<
     v1::AttentionService::WithRawCallbackMethod_AttendStream<
-        v1::AttentionService::WithCallbackMethod_ListModels<
-            v1::AttentionService::WithCallbackMethod_GetModel<v1::AttentionService::Service>>>>;
+        v1::AttentionService::WithRawCallbackMethod_Decode<
+            v1::AttentionService::WithCallbackMethod_ListModels<
+                v1::AttentionService::WithCallbackMethod_GetModel<
+                    v1::AttentionService::Service>>>>>;
 
 class AttentionService final : public AttentionServiceBase {
  public:
   // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
-  // `metrics` (not owned; null = none) must outlive the service. Each AttendStream holds at most
-  // `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus one, and all of
-  // them together `max_streams_unsent_bytes` (>= 1) plus one each (attend_stream_reactor.h).
+  // `metrics` (not owned; null = none) must outlive the service. Each AttendStream (and Decode
+  // stream) holds at most `max_stream_unsent_bytes` (>= 1) of answers its client has not read, plus
+  // one, and all of them together `max_streams_unsent_bytes` (>= 1) plus one each
+  // (attend_stream_reactor.h).
   explicit AttentionService(const ModelRouter* router,
                             batching::Clock* clock = batching::RealClock::Default(),
                             metrics::ServerMetrics* metrics = nullptr,
@@ -45,6 +51,9 @@ class AttentionService final : public AttentionServiceBase {
                                    grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttendStream(
       grpc::CallbackServerContext* context) override;
+  // Decoding sessions (decode_stream_reactor.h); UNIMPLEMENTED until EnableDecoding.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Decode(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
@@ -52,12 +61,16 @@ class AttentionService final : public AttentionServiceBase {
                                      const v1::GetModelRequest* request,
                                      v1::ModelInfo* response) override;
 
+  // Serves Decode on `runtime` (not owned; must outlive the service's calls: the gRPC server is
+  // shut down first). Call before the server starts; without it Decode is UNIMPLEMENTED.
+  void EnableDecoding(decoding::DecodeRuntime* runtime) { decode_runtime_ = runtime; }
+
   // Refuses new requests (Unavailable) and lets open streams finish once their accepted
   // messages are answered. Requests already accepted are still computed and answered.
   void BeginDrain();
   bool draining() const { return submitter_.draining(); }
 
-  // AttendStream calls not yet finished.
+  // AttendStream and Decode calls not yet finished.
   int OpenStreams() { return streams_.Count(); }
   // Bytes of answers (computed, or reserved while computing) all streams hold for their clients.
   int64_t StreamUnsentBytes() const { return streams_.UnsentBytes(); }
@@ -72,6 +85,8 @@ class AttentionService final : public AttentionServiceBase {
   AttendSubmitter submitter_;
   StreamRegistry streams_;
   const int64_t max_stream_unsent_bytes_;
+  decoding::DecodeRuntime* decode_runtime_ = nullptr;
+  std::atomic<decoding::OwnerKey> next_decode_owner_{1};  // One owner key per Decode stream.
 };
 
 }  // namespace attnserve::server

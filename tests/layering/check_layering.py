@@ -23,17 +23,23 @@ ALLOWED = {
     "server/metrics": ["core/util"],
     "server/repository": ["core/model", "core", "core/util"],
     "server/runtime": BELOW_RUNTIME,
+    # Decoding sessions (issue 19): the KV cache and the iteration scheduler, below any wire API.
+    "server/decoding": ["server/batching", "core/kv_cache", "core/model", "core", "core/util"],
     "server/conversion": ["server/runtime"] + BELOW_RUNTIME,
     # One folder per wire protocol. The Open Inference Protocol reuses attnserve.v1's attention
     # validation; attnserve.v1 knows nothing of it.
-    "server/conversion/attnserve_v1": ["server/conversion", "server/runtime"] + BELOW_RUNTIME,
+    # attnserve.v1's Decode stream converts to the decoding runtime's plain types.
+    "server/conversion/attnserve_v1": ["server/conversion", "server/runtime", "server/decoding",
+                                       "server/batching", "core/kv_cache"] + BELOW_RUNTIME,
     "server/conversion/oip": ["server/conversion/attnserve_v1", "server/conversion",
                               "server/runtime"] + BELOW_RUNTIME,
     "server/service": ["server/conversion", "server/conversion/attnserve_v1",
-                       "server/conversion/oip", "server/runtime", "server/metrics"]
+                       "server/conversion/oip", "server/runtime", "server/decoding",
+                       "server/metrics", "core/kv_cache"]
     + BELOW_RUNTIME,
     "server/app": ["server/service", "server/conversion", "server/conversion/attnserve_v1",
-                   "server/conversion/oip", "server/runtime", "server/metrics"] + BELOW_RUNTIME,
+                   "server/conversion/oip", "server/runtime", "server/decoding", "server/metrics",
+                   "core/kv_cache"] + BELOW_RUNTIME,
     "client": ["core/util"],
 }
 # Third-party headers by prefix, and the folders that may include them.
@@ -95,6 +101,8 @@ def self_test():
             "core/bad.cc": '#include "attnserve/v1/attention.pb.h"\n',
             "server/batching/bad.h": '#include <grpcpp/grpcpp.h>\n',
             "core/model/bad.cc": '#include "server/repository/model_repository.h"\n',
+            "server/decoding/bad.cc": '#include <prometheus/counter.h>\n'
+                                      '#include "server/runtime/model_router.h"\n',
             "server/service/good.cc": '#include "server/runtime/model_router.h"\n'
                                       '#include "attnserve/v1/attention.grpc.pb.h"\n',
         }
@@ -105,7 +113,9 @@ def self_test():
         expected = ["server/runtime/bad.h:1: includes server/service/attention_service.h",
                     "core/bad.cc:1: includes attnserve/v1/attention.pb.h",
                     "server/batching/bad.h:1: includes grpcpp/grpcpp.h",
-                    "core/model/bad.cc:1: includes server/repository/model_repository.h"]
+                    "core/model/bad.cc:1: includes server/repository/model_repository.h",
+                    "server/decoding/bad.cc:1: includes prometheus/counter.h",
+                    "server/decoding/bad.cc:2: includes server/runtime/model_router.h"]
         missed = [e for e in expected if not any(f.startswith(e) for f in found)]
         wrong = [f for f in found if f.startswith("server/service/good.cc")]
         if missed or wrong:

@@ -29,6 +29,8 @@ HISTOGRAMS = [
     "attnserve_compute_duration_seconds",
     "attnserve_batch_sequences",
     "attnserve_batch_tokens",
+    "attnserve_decode_step_latency_seconds",
+    "attnserve_decode_iteration_tokens",
 ]
 PLAIN = [
     "attnserve_requests_total",
@@ -39,6 +41,10 @@ PLAIN = [
     "attnserve_model_load_failures_total",
     "attnserve_model_info",
     "attnserve_build_info",
+    "attnserve_kv_cache_bytes",
+    "attnserve_decode_sessions_open",
+    "attnserve_decode_sessions_closed_total",
+    "attnserve_decode_tokens_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
     "process_cpu_seconds_total",

@@ -7,8 +7,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.pb.h"
 #include "core/util/float_format.h"
@@ -41,6 +45,24 @@ template <typename... Pieces>
 absl::Status Internal(const Pieces&... pieces) {
   return absl::InternalError(absl::StrCat(pieces...));
 }
+
+// OK when `dtype` (the field `name`) is a known DataType, and DATA_TYPE_FP32 unless raw_output;
+// otherwise InvalidArgument naming the field and the expected values.
+absl::Status CheckOutputDtype(const std::string& name, bool raw_output, int dtype);
+
+// `tensor` (the field `name`) as [rows, width] finite floats, row-major: rank 2, every dim > 0,
+// shape[1] == width (`width_name` names it, e.g. "d_model"),
+// exactly one of values / raw in a known dtype, as many elements as the shape says. Otherwise
+// InvalidArgument naming the field (or element), the expected and the received value.
+absl::StatusOr<std::vector<float>> DecodeRows(const std::string& name, const v1::Tensor& tensor,
+                                              int64_t width, const std::string& width_name);
+
+// Sets `tensor`'s values (raw_output false) or raw bytes encoded as raw_format to `source`.
+void AssignFloats(std::span<const float> source, bool raw_output, FloatFormat raw_format,
+                  v1::Tensor* tensor);
+
+// `status` (not OK) as an in-band ErrorStatus: ToGrpcStatus's code and message.
+void FillErrorStatus(const absl::Status& status, v1::ErrorStatus* error);
 
 }  // namespace attnserve::server::conversion_internal
 

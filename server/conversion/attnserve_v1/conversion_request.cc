@@ -298,16 +298,10 @@ absl::Status CheckOptions(const ParseState& state) {
     if (auto s = CheckAttnMaskShape(state, state.request.attn_mask()); !s.ok()) return s;
     if (auto s = CheckData("attn_mask", state.request.attn_mask()); !s.ok()) return s;
   }
-  const std::optional<FloatFormat> output_format =
-      conversion_internal::FormatOf(state.request.raw_output_dtype());
-  if (!output_format) {
-    return Invalid("raw_output_dtype: expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1) or ",
-                   "DATA_TYPE_FP16 (2), got ", static_cast<int>(state.request.raw_output_dtype()));
-  }
-  if (*output_format != FloatFormat::kFloat32 && !state.request.raw_output()) {
-    return Invalid("raw_output_dtype: expected DATA_TYPE_FP32 without raw_output (it encodes the ",
-                   "answer's raw bytes), got ",
-                   v1::DataType_Name(state.request.raw_output_dtype()));
+  if (auto s = conversion_internal::CheckOutputDtype("raw_output_dtype", state.request.raw_output(),
+                                                     state.request.raw_output_dtype());
+      !s.ok()) {
+    return s;
   }
   const int heads = state.request.head_mask_size();
   if (heads != 0 && heads != state.num_heads) {
@@ -427,5 +421,40 @@ absl::StatusOr<AttendWork> ParseAttendRequest(const v1::AttendRequest& request,
   work.model = std::move(model);
   return work;
 }
+
+namespace conversion_internal {
+
+absl::Status CheckOutputDtype(const std::string& name, bool raw_output, int dtype) {
+  const std::optional<FloatFormat> output_format = FormatOf(dtype);
+  if (!output_format) {
+    return Invalid(name, ": expected DATA_TYPE_FP32 (0), DATA_TYPE_BF16 (1) or ",
+                   "DATA_TYPE_FP16 (2), got ", dtype);
+  }
+  if (*output_format != FloatFormat::kFloat32 && !raw_output) {
+    return Invalid(name, ": expected DATA_TYPE_FP32 without raw_output (it encodes the ",
+                   "answer's raw bytes), got ",
+                   v1::DataType_Name(static_cast<v1::DataType>(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> DecodeRows(const std::string& name, const v1::Tensor& tensor,
+                                              int64_t width, const std::string& width_name) {
+  if (tensor.shape_size() != 2) {
+    return Invalid(name, ".shape: expected rank 2 ([rows, ", width_name, "]), got rank ",
+                   tensor.shape_size(), " ", FormatShape(tensor));
+  }
+  if (auto s = CheckDimsPositive(name, tensor); !s.ok()) return s;
+  if (tensor.shape(1) != width) {
+    return Invalid(name, ".shape[1]: expected ", width_name, " ", width, ", got ", tensor.shape(1));
+  }
+  if (auto s = CheckData(name, tensor); !s.ok()) return s;
+  const std::vector<int64_t> lengths = {tensor.shape(0)};
+  std::vector<float> rows = PackRows(tensor, lengths, tensor.shape(0), width);
+  if (auto s = CheckFinite(name, rows, lengths, width, /*batched=*/false); !s.ok()) return s;
+  return rows;
+}
+
+}  // namespace conversion_internal
 
 }  // namespace attnserve::server

@@ -88,21 +88,6 @@ absl::Status CheckResultShape(const AttendWork& work, const AttendResult& result
   return absl::OkStatus();
 }
 
-// Sets the tensor's values or raw bytes to `source` in one pass (no zero-fill first).
-void AssignFloats(std::span<const float> source, const AttendWork& work, v1::Tensor* tensor) {
-  if (!work.raw_output) {
-    tensor->mutable_values()->Add(source.begin(), source.end());
-  } else if (work.raw_output_format == FloatFormat::kFloat32) {
-    tensor->mutable_raw()->assign(reinterpret_cast<const char*>(source.data()),
-                                  source.size_bytes());
-  } else {
-    tensor->set_dtype(conversion_internal::DataTypeOf(work.raw_output_format));
-    std::string* bytes = tensor->mutable_raw();
-    bytes->resize(source.size() * static_cast<size_t>(FloatFormatBytes(work.raw_output_format)));
-    EncodeFloats(source, work.raw_output_format, bytes->data());
-  }
-}
-
 // Whether no sequence of `work` is padded: the packed result is then the response as it is.
 bool Unpadded(const AttendWork& work) {
   for (size_t b = 0; b < work.query_lengths.size(); ++b) {
@@ -120,7 +105,8 @@ void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* 
   tensor->add_shape(t_pad);
   tensor->add_shape(d);
   if (Unpadded(work)) {
-    AssignFloats(result.output, work, tensor);
+    conversion_internal::AssignFloats(result.output, work.raw_output, work.raw_output_format,
+                                      tensor);
     return;
   }
   char* destination = AllocateFloats(tensor, work.sequences() * t_pad * d, work);
@@ -144,7 +130,8 @@ void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor*
   if (work.batched) tensor->add_shape(work.sequences());
   for (int64_t dim : {heads, t_pad, s_pad}) tensor->add_shape(dim);
   if (Unpadded(work)) {
-    AssignFloats(result.weights, work, tensor);
+    conversion_internal::AssignFloats(result.weights, work.raw_output, work.raw_output_format,
+                                      tensor);
     return;
   }
   char* destination = AllocateFloats(tensor, work.sequences() * heads * t_pad * s_pad, work);
@@ -217,9 +204,32 @@ void FillErrorResponse(std::string_view model, std::string_view request_id,
   response->Clear();
   response->set_model(std::string(model));
   response->set_request_id(std::string(request_id));
-  const grpc::Status grpc_status = ToGrpcStatus(status);
-  response->mutable_error()->set_code(static_cast<int32_t>(grpc_status.error_code()));
-  response->mutable_error()->set_message(grpc_status.error_message());
+  conversion_internal::FillErrorStatus(status, response->mutable_error());
 }
+
+namespace conversion_internal {
+
+void AssignFloats(std::span<const float> source, bool raw_output, FloatFormat raw_format,
+                  v1::Tensor* tensor) {
+  if (!raw_output) {
+    tensor->mutable_values()->Add(source.begin(), source.end());
+  } else if (raw_format == FloatFormat::kFloat32) {
+    tensor->mutable_raw()->assign(reinterpret_cast<const char*>(source.data()),
+                                  source.size_bytes());
+  } else {
+    tensor->set_dtype(DataTypeOf(raw_format));
+    std::string* bytes = tensor->mutable_raw();
+    bytes->resize(source.size() * static_cast<size_t>(FloatFormatBytes(raw_format)));
+    EncodeFloats(source, raw_format, bytes->data());
+  }
+}
+
+void FillErrorStatus(const absl::Status& status, v1::ErrorStatus* error) {
+  const grpc::Status grpc_status = ToGrpcStatus(status);
+  error->set_code(static_cast<int32_t>(grpc_status.error_code()));
+  error->set_message(grpc_status.error_message());
+}
+
+}  // namespace conversion_internal
 
 }  // namespace attnserve::server

@@ -112,7 +112,8 @@ TEST_F(ReflectionTest, DescribesAttentionServiceFromItsFileDescriptor) {
   ASSERT_EQ(file.service_size(), 1);
   std::vector<std::string> methods;
   for (const auto& method : file.service(0).method()) methods.push_back(method.name());
-  EXPECT_THAT(methods, UnorderedElementsAre("Attend", "AttendStream", "ListModels", "GetModel"));
+  EXPECT_THAT(methods,
+              UnorderedElementsAre("Attend", "AttendStream", "ListModels", "GetModel", "Decode"));
 }
 
 }  // namespace

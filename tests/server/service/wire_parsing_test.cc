@@ -22,6 +22,7 @@ using ::testing::HasSubstr;
 
 constexpr char kAttend[] = "/attnserve.v1.AttentionService/Attend";
 constexpr char kAttendStream[] = "/attnserve.v1.AttentionService/AttendStream";
+constexpr char kDecode[] = "/attnserve.v1.AttentionService/Decode";
 
 // A field tag of wire type 7, which does not exist: no protobuf message parses from it.
 grpc::ByteBuffer Garbage() {
@@ -41,6 +42,59 @@ v1::AttendResponse Parse(const grpc::ByteBuffer& bytes) {
   EXPECT_TRUE(server::ParseWireMessage(bytes, "response", &response).ok());
   return response;
 }
+
+// A raw bidi call on `method` through the generic stub, one operation at a time, each waited for
+// (its tag is its step number).
+class RawStream {
+ public:
+  RawStream(grpc::GenericStub& stub, const char* method)
+      : call_(stub.PrepareCall(&context_, method, &queue_)) {
+    call_->StartCall(NextTag());
+    started_ = Await();
+  }
+  ~RawStream() {
+    queue_.Shutdown();
+    void* tag;
+    bool ok;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+  bool started() const { return started_; }
+  bool Write(const grpc::ByteBuffer& bytes) {
+    call_->Write(bytes, NextTag());
+    return Await();
+  }
+  bool Read(grpc::ByteBuffer* bytes) {
+    call_->Read(bytes, NextTag());
+    return Await();
+  }
+  bool WritesDone() {
+    call_->WritesDone(NextTag());
+    return Await();
+  }
+  grpc::Status Finish() {
+    grpc::Status status;
+    call_->Finish(&status, NextTag());
+    EXPECT_TRUE(Await());
+    return status;
+  }
+
+ private:
+  void* NextTag() { return reinterpret_cast<void*>(static_cast<intptr_t>(++step_)); }
+  bool Await() {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(queue_.Next(&tag, &ok));
+    EXPECT_EQ(tag, reinterpret_cast<void*>(static_cast<intptr_t>(step_)));
+    return ok;
+  }
+
+  grpc::CompletionQueue queue_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  int step_ = 0;
+  bool started_ = false;
+};
 
 class WireParsingTest : public ServerTest {};
 
@@ -137,6 +191,24 @@ TEST_F(WireParsingTest, AnUnparseableStreamMessageGetsAnInBandErrorAndTheStreamG
   bool ok;
   while (queue.Next(&tag, &ok)) {
   }
+}
+
+TEST_F(WireParsingTest, AnUnparseableDecodeMessageGetsAnInBandErrorAndTheStreamEndsOk) {
+  StartServer();
+  grpc::GenericStub stub(channel());
+  RawStream call(stub, kDecode);
+  ASSERT_TRUE(call.started());
+  ASSERT_TRUE(call.Write(Garbage()));
+  grpc::ByteBuffer bytes;
+  ASSERT_TRUE(call.Read(&bytes));
+  v1::DecodeResponse answer;
+  ASSERT_TRUE(server::ParseWireMessage(bytes, "response", &answer).ok());
+  EXPECT_EQ(answer.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(answer.error().message(),
+              HasSubstr("message: expected a serialised attnserve.v1.DecodeRequest"));
+  ASSERT_TRUE(call.WritesDone());
+  const grpc::Status status = call.Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 }  // namespace
