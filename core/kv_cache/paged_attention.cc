@@ -33,6 +33,7 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
 
   // Scores of the visible keys; blocked ones get -∞ and are skipped below.
   float max_score = kBlocked;
+  int64_t open_keys = 0;
   int64_t key = 0;
   for (const KvSegment& seg : a.segments) {
     const int64_t n = std::min(seg.count, limit - key);
@@ -40,12 +41,17 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
       const bool open = a.explicit_row == nullptr || a.explicit_row[key] != 0;
       const float s = open ? a.scale * Dot(q, seg.k + r * seg.ld, a.head_dim) : kBlocked;
       probabilities[key] = s;
-      max_score = std::max(max_score, s);
+      max_score = std::max(max_score, s);  // A NaN score leaves the maximum as it was.
+      open_keys += open;
     }
     if (key >= limit) break;
   }
   if (max_score == kBlocked) {
     std::fill(probabilities, probabilities + limit, 0.0f);
+    // Open keys whose scores are all NaN or -∞ (fp32 overflow in the projections or the dot
+    // products) are not a fully masked row: answering zeros would pass the forward's finiteness
+    // check with a wrong output. NaN makes it fail (OutOfRange), as an uncached forward does.
+    if (open_keys > 0) std::fill(out, out + a.head_dim, std::numeric_limits<float>::quiet_NaN());
     return;
   }
 

@@ -161,5 +161,23 @@ TEST(CachedAttentionErrorsTest, InconsistentInputsAreRefusedByField) {
   EXPECT_EQ(f.pool->free_blocks(), 4);
 }
 
+// Alternating ±3e38 rows overflow the projections: every score of a query is NaN. That is not a
+// fully masked row (whose output is zeros, and finite): the step fails OutOfRange, as an uncached
+// forward does, and the cache is as before.
+TEST(CachedAttentionErrorsTest, ScoresThatAreAllNaNFailOutOfRange) {
+  Fixture f(/*blocks=*/4);
+  KvSequence a;
+  ASSERT_TRUE(f.Run({&a}, {3}, 1).ok());
+  KvSequence* caches[] = {&a};
+  std::vector<float> x(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 2 == 0 ? 3e38f : -3e38f;
+  const std::vector<int64_t> offsets{0, 1};
+  std::vector<float> out(16);
+  const CachedAttentionInputs in{.query = {x, offsets}, .caches = caches, .mask = {.causal = true}};
+  const absl::Status s = f.executor.Forward(*f.layer.layer, *f.pool, in, {.output = out});
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_EQ(a.length, 3);
+}
+
 }  // namespace
 }  // namespace attnserve::testing
