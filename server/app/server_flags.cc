@@ -196,6 +196,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "never)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  app.add_option("--decode-max-sessions", flags.server.decoding.max_sessions,
+                 "Decoding sessions open at once, all clients together; an open past it gets "
+                 "RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
   app.add_option("--log-level", flags.log_level,
                  "trace, debug (one line per request), info, warn, error, critical, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))

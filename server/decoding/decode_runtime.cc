@@ -32,7 +32,8 @@ absl::Status ValidateDecodeRuntimeOptions(const DecodeRuntimeOptions& options) {
       {"kv.budget_bytes", options.kv.budget_bytes},
       {"kv.block_tokens", options.kv.block_tokens},
       {"kv.max_session_tokens", options.kv.max_session_tokens},
-      {"max_queued_rows_per_session", options.max_queued_rows_per_session}};
+      {"max_queued_rows_per_session", options.max_queued_rows_per_session},
+      {"max_sessions", options.max_sessions}};
   for (const auto& [name, value] : positive) {
     if (value < 1)
       return absl::InvalidArgumentError(absl::StrCat(name, ": expected >= 1, got ", value));
@@ -88,6 +89,11 @@ absl::StatusOr<SessionId> DecodeRuntime::Open(SessionSpec spec, ReadyCallback re
   session->on_ready = std::move(ready);
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_) return absl::UnavailableError("decoding runtime is draining: no new sessions");
+  if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sessions: ", sessions_.size(), " open, the server's max_sessions is ",
+                     options_.max_sessions, "; close sessions or retry later"));
+  }
   session->id = next_id_++;
   session->last_active_us = clock_->NowMicros();
   sessions_.emplace(session->id, session);

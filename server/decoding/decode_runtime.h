@@ -62,7 +62,7 @@ class DecodeRuntime {
   // failed (then the session is gone and its queued steps fail with the same status; e.g.
   // RESOURCE_EXHAUSTED when the memory does not fit the budget). Errors, `ready` not called:
   // InvalidArgument (no model; memory not [rows, d_model] or not finite, naming the field and
-  // the expected value), Unavailable (draining).
+  // the expected value), ResourceExhausted (max_sessions open), Unavailable (draining).
   absl::StatusOr<SessionId> Open(SessionSpec spec, ReadyCallback ready);
 
   // Queues a step. On OK the runtime owns *request (moved from) and calls request->done exactly

@@ -79,6 +79,10 @@ struct DecodeRuntimeOptions {
   // Rows one session may have queued (accepted, not yet answered); Append refuses more with
   // ResourceExhausted. >= 1.
   int64_t max_queued_rows_per_session = 65536;
+  // Sessions open at once, all owners together; Open refuses more with ResourceExhausted. Bounds
+  // what sessions cost beyond their cache blocks (an empty session holds none, so the KV budget
+  // alone would not bound them). >= 1.
+  int64_t max_sessions = 4096;
   // OpenMP threads of the forward passes (core::ExecutorOptions::compute_threads); 0 = the
   // calling thread's default.
   int compute_threads = 0;

@@ -30,24 +30,27 @@ TEST(DecodeFlagsTest, DefaultsAreTheRuntimeDefaults) {
   EXPECT_EQ(decoding.scheduling.max_iteration_tokens, 512);
   EXPECT_EQ(decoding.scheduling.prefill_chunk_tokens, 256);
   EXPECT_EQ(decoding.idle_timeout_us, int64_t{60} * 1000 * 1000);
+  EXPECT_EQ(decoding.max_sessions, 4096);
 }
 
 TEST(DecodeFlagsTest, FlagsAndEnvironmentSetTheRuntimeOptions) {
   ::setenv("ATTNSERVE_DECODE_IDLE_TIMEOUT_S", "2.5", 1);
   const server::ServerFlags flags =
       Parse({"--kv-cache-budget-mb", "64", "--decode-max-iteration-tokens", "128",
-             "--decode-prefill-chunk-tokens", "32"});
+             "--decode-prefill-chunk-tokens", "32", "--decode-max-sessions", "9"});
   ::unsetenv("ATTNSERVE_DECODE_IDLE_TIMEOUT_S");
   const decoding::DecodeRuntimeOptions& decoding = flags.server.decoding;
   EXPECT_EQ(decoding.kv.budget_bytes, int64_t{64} << 20);
   EXPECT_EQ(decoding.scheduling.max_iteration_tokens, 128);
   EXPECT_EQ(decoding.scheduling.prefill_chunk_tokens, 32);
   EXPECT_EQ(decoding.idle_timeout_us, 2'500'000);
+  EXPECT_EQ(decoding.max_sessions, 9);
 }
 
 TEST(DecodeFlagsTest, OutOfRangeValuesAreRefused) {
   EXPECT_THROW(Parse({"--kv-cache-budget-mb", "0"}), CLI::ValidationError);
   EXPECT_THROW(Parse({"--decode-idle-timeout-s", "-1"}), CLI::ValidationError);
+  EXPECT_THROW(Parse({"--decode-max-sessions", "0"}), CLI::ValidationError);
 }
 
 }  // namespace

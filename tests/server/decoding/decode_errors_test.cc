@@ -233,6 +233,24 @@ TEST(DecodeErrorsTest, BadOptionsAreRefusedNamingTheField) {
   expect_field({.kv = {.budget_bytes = 0}}, "kv.budget_bytes: expected >= 1, got 0");
   expect_field({.idle_timeout_us = -1}, "idle_timeout_us: expected >= 0");
   expect_field({.max_queued_rows_per_session = 0}, "max_queued_rows_per_session");
+  expect_field({.max_sessions = 0}, "max_sessions: expected >= 1, got 0");
+}
+
+TEST(DecodeErrorsTest, OpeningMoreThanMaxSessionsIsRefusedUntilOneCloses) {
+  const TestModel m = MakeModel("m", 1, 10);
+  auto runtime = DecodeRuntime::Create({.max_sessions = 2, .compute_threads = 1});
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  DecodeRuntime& rt = **runtime;
+  const SessionId first = OpenReady(rt, m.model);
+  OpenReady(rt, m.model);
+  const auto refused = rt.Open({.model = m.model}, nullptr);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("sessions: 2 open, the server's max_sessions is 2"));
+  EXPECT_EQ(rt.Stats().sessions_open, 2);
+  ASSERT_TRUE(rt.Close(first).ok());
+  OpenReady(rt, m.model);
+  EXPECT_EQ(rt.Stats().sessions_open, 2);
 }
 
 TEST(DecodeErrorsTest, QueueingMoreRowsThanTheSessionLimitIsRefusedAtOnce) {
