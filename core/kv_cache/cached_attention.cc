@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/bf16_conversion.h"
 #include "core/finite_values.h"
 #include "core/kv_cache/paged_attention.h"
 #include "core/onednn_support.h"
@@ -52,6 +53,25 @@ absl::Status ValidateMemory(const RaggedBatch& memory, int64_t d) {
   return absl::OkStatus();
 }
 
+// bf16 compute: each value replaced by its nearest bf16 (ties to even), kept as a float — what the
+// full forward's bf16-destination projections hold (f32 accumulation rounded once).
+void RoundToBf16Values(float* values, int64_t count) {
+  constexpr int64_t kChunk = 256;
+  uint16_t rounded[kChunk];
+  for (int64_t i = 0; i < count; i += kChunk) {
+    const int64_t n = std::min(kChunk, count - i);
+    RoundToBf16(values + i, n, rounded);
+    WidenBf16(rounded, n, values + i);
+  }
+}
+
+// bf16 compute: `rows` × `d` floats rounded into `buffer`, the bf16 source a bf16 matmul reads.
+const uint16_t* Rounded(const float* values, int64_t rows, int64_t d, AlignedBuffer& buffer) {
+  auto* rounded = reinterpret_cast<uint16_t*>(buffer.Reserve((rows * d + 1) / 2));
+  RoundToBf16(values, rows * d, rounded);
+  return rounded;
+}
+
 // InvalidArgument unless every non-null entry of `caches` is distinct.
 absl::Status CheckDistinct(std::span<KvSequence* const> caches) {
   std::vector<KvSequence*> sorted;
@@ -87,6 +107,7 @@ struct CachedAttentionExecutor::Impl {
   dnnl::stream stream;
   ProjectionRunner projections;
   AlignedBuffer scratchpad, projected, context;
+  AlignedBuffer rounded;  // bf16 compute: a bf16 copy of a projection's f32 source.
   std::vector<AlignedBuffer> probabilities;  // One per OpenMP thread.
   std::vector<SequencePlan> plans;
   std::vector<KvSegment> segments;  // Per sequence, per head: its key runs.
@@ -188,7 +209,10 @@ absl::Status CachedAttentionExecutor::Impl::Run(const AttentionLayer& layer, KvB
                                                 const AttentionOutputs& out) {
   const AttentionConfig& config = layer.config();
   const int64_t n = in.query.rows(), d = config.d_model;
-  const float* x = in.query.data.data();
+  const bool bf16 = config.compute_type == ComputeType::kBFloat16;
+  // bf16 compute (as AttentionExecutor): the f32 rows are rounded to bf16 for the bf16 weights.
+  const void* x = in.query.data.data();
+  if (bf16) x = Rounded(in.query.data.data(), n, d, rounded);
   // 1. One projection over every new row of the batch.
   const int64_t q_ld = in.cross_attention ? d : 3 * d;
   float* qkv = projected.Reserve(n * q_ld);
@@ -196,6 +220,10 @@ absl::Status CachedAttentionExecutor::Impl::Run(const AttentionLayer& layer, KvB
   const auto bias = in.cross_attention ? layer.q_bias() : layer.qkv_bias();
   if (auto s = projections.Run(x, n, w, bias, qkv, stream, scratchpad); !s.ok()) return s;
   stream.wait();
+  // The full bf16 forward projects into bf16 Q, K and V; rounding the f32 projection once gives
+  // the same values, so the new rows' queries and keys (and an uncached sequence's K and V, read
+  // from this buffer) are what a full forward of the whole sequence would use.
+  if (bf16) RoundToBf16Values(qkv, n * q_ld);
   // 2. Append K and V of the new rows to the cached sequences (past their committed length).
   if (!in.cross_attention) {
     for (int64_t i = 0; i < in.query.num_sequences(); ++i) {
@@ -209,10 +237,12 @@ absl::Status CachedAttentionExecutor::Impl::Run(const AttentionLayer& layer, KvB
   const bool has_o = config.HasOutputProjection();
   float* ctx = has_o ? context.Reserve(n * d) : out.output.data();
   Attend(config, in, qkv, q_ld, ctx, out.weights);
-  // 4. Output projection over every row.
+  // 4. Output projection over every row (bf16 compute: the context rounded to bf16 for W_O, as
+  // the full forward's bf16 P·V output is).
   if (has_o) {
-    if (auto s = projections.Run(ctx, n, layer.o(), layer.o_bias(), out.output.data(), stream,
-                                 scratchpad);
+    const void* c = bf16 ? static_cast<const void*>(Rounded(ctx, n, d, rounded)) : ctx;
+    if (auto s =
+            projections.Run(c, n, layer.o(), layer.o_bias(), out.output.data(), stream, scratchpad);
         !s.ok()) {
       return s;
     }
@@ -251,7 +281,11 @@ void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAt
       p.segments = 1;
       const float* rows = qkv + p.q_row * 3 * d;
       for (int64_t head = 0; head < h; ++head) {
-        segments.push_back({rows + d + head * dk, rows + 2 * d + head * dk, p.rows, 3 * d});
+        segments.push_back({.k = rows + d + head * dk,
+                            .v = rows + 2 * d + head * dk,
+                            .count = p.rows,
+                            .ld = 3 * d,
+                            .type = KvElementType::kFloat32});
       }
       continue;
     }
@@ -259,8 +293,11 @@ void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAt
     for (int64_t head = 0; head < h; ++head) {
       for (int64_t blk = 0; blk < p.segments; ++blk) {
         const int32_t id = c->blocks[blk];
-        segments.push_back(
-            {pool.keys(id, head), pool.values(id, head), std::min(bt, p.keys - blk * bt), dk});
+        segments.push_back({.k = pool.key_data(id, head),
+                            .v = pool.value_data(id, head),
+                            .count = std::min(bt, p.keys - blk * bt),
+                            .ld = dk,
+                            .type = pool.element_type()});
       }
     }
   }
@@ -347,9 +384,12 @@ absl::Status CachedAttentionExecutor::Impl::Load(const AttentionLayer& layer, Kv
                                                  const RaggedBatch& memory,
                                                  std::span<KvSequence* const> caches) {
   const int64_t d = layer.config().d_model, m = memory.rows();
+  const void* x = memory.data.data();
+  if (layer.config().compute_type == ComputeType::kBFloat16) {
+    x = Rounded(memory.data.data(), m, d, rounded);  // The bf16 pool's Write rounds K and V.
+  }
   float* kv = projected.Reserve(m * 2 * d);
-  if (auto s = projections.Run(memory.data.data(), m, layer.kv(), layer.kv_bias(), kv, stream,
-                               scratchpad);
+  if (auto s = projections.Run(x, m, layer.kv(), layer.kv_bias(), kv, stream, scratchpad);
       !s.ok()) {
     return s;
   }

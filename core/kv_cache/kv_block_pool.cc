@@ -5,6 +5,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/bf16_conversion.h"
 
 namespace attnserve::core {
 namespace {
@@ -28,8 +29,8 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const Attention
     return absl::InvalidArgumentError(
         absl::StrCat("max_sequence_tokens must be > 0, got ", options.max_sequence_tokens));
   }
-  const int64_t block_bytes =
-      2 * options.block_tokens * identity.d_model * static_cast<int64_t>(sizeof(float));
+  const int64_t block_bytes = 2 * options.block_tokens * identity.d_model *
+                              ElementBytes(KvElementTypeFor(identity.compute_type));
   const int64_t blocks = options.budget_bytes / block_bytes;
   if (blocks < 1 || blocks > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -50,8 +51,10 @@ KvBlockPool::KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& 
     : identity_(identity),
       options_(options),
       capacity_(capacity),
-      block_floats_(2 * options.block_tokens * identity.d_model),
-      arena_(capacity * static_cast<size_t>(block_floats_)) {
+      element_type_(KvElementTypeFor(identity.compute_type)),
+      block_elements_(2 * options.block_tokens * identity.d_model),
+      // block_elements_ is even, so a bf16 arena is a whole number of floats.
+      arena_(capacity * static_cast<size_t>(block_bytes()) / sizeof(float)) {
   free_.reserve(capacity);
   // Highest id at the bottom so block 0 is handed out first.
   for (size_t b = capacity; b-- > 0;) free_.push_back(static_cast<int32_t>(b));
@@ -124,13 +127,19 @@ void KvBlockPool::Release(KvSequence& seq) {
 void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld,
                         const float* v, int64_t v_ld) {
   const int64_t bt = options_.block_tokens, dk = head_dim(), h = identity_.num_heads;
+  const bool bf16 = element_type_ == KvElementType::kBFloat16;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t token = seq.length + r;
     const int32_t block = seq.blocks[token / bt];
     const int64_t slot = (token % bt) * dk;
-    for (int64_t head = 0; head < h; ++head) {
-      std::copy_n(k + r * k_ld + head * dk, dk, keys(block, head) + slot);
-      std::copy_n(v + r * v_ld + head * dk, dk, values(block, head) + slot);
+    for (int64_t part = 0; part < 2 * h; ++part) {  // K heads, then V heads.
+      const float* src = part < h ? k + r * k_ld + part * dk : v + r * v_ld + (part - h) * dk;
+      std::byte* dst = Element(block, part);
+      if (bf16) {
+        RoundToBf16(src, dk, reinterpret_cast<uint16_t*>(dst) + slot);
+      } else {
+        std::copy_n(src, dk, reinterpret_cast<float*>(dst) + slot);
+      }
     }
   }
 }

@@ -10,6 +10,9 @@
 //
 // A pool belongs to one model version: its KvCacheIdentity (d_model, heads, variant, compute
 // type). The forward passes refuse a layer whose config does not match (cached_attention.h).
+// The element type follows the compute type: an fp32 model's pool stores fp32 (its cached steps
+// equal a full forward to ~1e-6), a bf16 model's pool stores bf16 (half the bytes per token; its
+// full forward rounds K and V to bf16 too, so nothing is lost that the full forward keeps).
 //
 // Thread-safety: NOT thread-safe. One pool and its KvSequences are used by one thread at a time
 // (e.g. the thread that owns the CachedAttentionExecutor); callers serialise access themselves.
@@ -19,6 +22,8 @@
 #ifndef ATTNSERVE_CORE_KV_CACHE_KV_BLOCK_POOL_H_
 #define ATTNSERVE_CORE_KV_CACHE_KV_BLOCK_POOL_H_
 
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/attention_config.h"
+#include "core/kv_cache/kv_element_type.h"
 #include "core/util/aligned_buffer.h"
 
 namespace attnserve::core {
@@ -43,13 +49,19 @@ struct KvCacheIdentity {
   bool operator==(const KvCacheIdentity&) const = default;
 };
 
+// The element type of the pool of a model computing in `compute`: bf16 for kBFloat16, else fp32.
+constexpr KvElementType KvElementTypeFor(ComputeType compute) {
+  return compute == ComputeType::kBFloat16 ? KvElementType::kBFloat16 : KvElementType::kFloat32;
+}
+
 struct KvCacheOptions {
   // Tokens per block. Must be > 0. 16 (vLLM's default) keeps the waste of a sequence's last,
-  // partly filled block small while a block of one head (16 × 64 floats = 4 KiB) is long enough
-  // to stream.
+  // partly filled block small while a block of one head (16 × 64 floats = 4 KiB in fp32, 2 KiB in
+  // bf16) is long enough to stream.
   int64_t block_tokens = 16;
-  // Byte budget of the whole arena; the pool holds budget_bytes / block_bytes blocks (at least
-  // one is required). Allocated once at Create (pages are touched only when written).
+  // Byte budget of the whole arena; the pool holds budget_bytes / block_bytes() blocks (at least
+  // one is required), so a bf16 pool holds twice the blocks of an fp32 one. Allocated once at
+  // Create (pages are touched only when written).
   int64_t budget_bytes = int64_t{256} << 20;
   // Longest sequence (cached tokens) any KvSequence may reach; longer growth is refused with
   // OutOfRange. Must be > 0.
@@ -75,8 +87,12 @@ class KvBlockPool {
   int64_t head_dim() const { return identity_.d_model / identity_.num_heads; }
   int64_t total_blocks() const { return static_cast<int64_t>(capacity_); }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
-  // Floats per block: 2 (K, V) × block_tokens × d_model.
-  int64_t block_floats() const { return block_floats_; }
+  // KvElementTypeFor(identity().compute_type): what keys()/values() hold.
+  KvElementType element_type() const { return element_type_; }
+  // Elements per block: 2 (K, V) × block_tokens × d_model.
+  int64_t block_elements() const { return block_elements_; }
+  // Bytes per block: block_elements() × 4 (fp32) or 2 (bf16). The budget counts these.
+  int64_t block_bytes() const { return block_elements_ * ElementBytes(element_type_); }
 
   // OK when `config` is the model version this pool belongs to; FailedPrecondition naming the
   // mismatching field (expected and received) otherwise.
@@ -94,29 +110,47 @@ class KvBlockPool {
   // Returns every block of `seq` to the free list and empties it. O(blocks).
   void Release(KvSequence& seq);
 
-  // K (or V) rows of `head` in `block`: block_tokens × head_dim floats, token-major.
-  float* keys(int32_t block, int64_t head) { return Block(block) + head * HeadStride(); }
-  float* values(int32_t block, int64_t head) {
-    return Block(block) + (identity_.num_heads + head) * HeadStride();
+  // K (or V) rows of `head` in `block`: block_tokens × head_dim elements of element_type(),
+  // token-major.
+  const void* key_data(int32_t block, int64_t head) const { return Element(block, head); }
+  const void* value_data(int32_t block, int64_t head) const {
+    return Element(block, identity_.num_heads + head);
   }
+  // The same, typed: keys()/values() only on an fp32 pool, keys_bf16()/values_bf16() only on a
+  // bf16 pool (the other type's rows are not there; debug builds assert).
   const float* keys(int32_t block, int64_t head) const {
-    return Block(block) + head * HeadStride();
+    assert(element_type_ == KvElementType::kFloat32);
+    return static_cast<const float*>(key_data(block, head));
   }
   const float* values(int32_t block, int64_t head) const {
-    return Block(block) + (identity_.num_heads + head) * HeadStride();
+    assert(element_type_ == KvElementType::kFloat32);
+    return static_cast<const float*>(value_data(block, head));
+  }
+  const uint16_t* keys_bf16(int32_t block, int64_t head) const {
+    assert(element_type_ == KvElementType::kBFloat16);
+    return static_cast<const uint16_t*>(key_data(block, head));
+  }
+  const uint16_t* values_bf16(int32_t block, int64_t head) const {
+    assert(element_type_ == KvElementType::kBFloat16);
+    return static_cast<const uint16_t*>(value_data(block, head));
   }
 
   // Copies the K and V rows of tokens [seq.length, seq.length + rows) from row-major [rows,
-  // d_model] arrays (row stride k_ld / v_ld floats) into the blocks `seq` has reserved. Does not
-  // change seq.length. The reservation must cover them.
+  // d_model] fp32 arrays (row stride k_ld / v_ld floats) into the blocks `seq` has reserved; a
+  // bf16 pool stores each value rounded to the nearest bf16, ties to even (as oneDNN converts;
+  // values must be finite, a NaN may be stored as an infinity). Does not change seq.length. The
+  // reservation must cover them.
   void Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld, const float* v,
              int64_t v_ld);
 
  private:
   KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options, size_t capacity);
   int64_t HeadStride() const { return options_.block_tokens * head_dim(); }
-  float* Block(int32_t b) { return arena_.data() + b * block_floats_; }
-  const float* Block(int32_t b) const { return arena_.data() + b * block_floats_; }
+  // Start of the `part`-th head_dim-wide run of `block` (K heads 0..h-1, then V heads).
+  std::byte* Element(int32_t block, int64_t part) const {
+    const int64_t element = block * block_elements_ + part * HeadStride();
+    return reinterpret_cast<std::byte*>(arena_.data()) + element * ElementBytes(element_type_);
+  }
   int64_t BlocksFor(int64_t tokens) const {
     return (tokens + options_.block_tokens - 1) / options_.block_tokens;
   }
@@ -124,8 +158,9 @@ class KvBlockPool {
   KvCacheIdentity identity_;
   KvCacheOptions options_;
   size_t capacity_;
-  int64_t block_floats_;
-  AlignedBuffer arena_;
+  KvElementType element_type_;
+  int64_t block_elements_;
+  AlignedBuffer arena_;        // capacity_ × block_bytes(), viewed as floats or uint16_t.
   std::vector<int32_t> free_;  // LIFO: the most recently released (cache-warm) block goes first.
 };
 

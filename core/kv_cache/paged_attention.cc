@@ -1,6 +1,7 @@
 #include "core/kv_cache/paged_attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -21,6 +22,39 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// bf16 → fp32 is exact: the 16 bits become the top half of the float (a zero-extend and a shift,
+// which vectorise as vpmovzxwd + vpslld).
+inline float Widen(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
+
+float DotBf16(const float* a, const uint16_t* b, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum) simdlen(16)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * Widen(b[i]);
+  return sum;
+}
+
+void AxpyBf16(float alpha, const uint16_t* x, float* y, int64_t n) {
+#pragma omp simd simdlen(16)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * Widen(x[i]);
+}
+
+// q · key r of `seg`.
+inline float KeyDot(const KvSegment& seg, int64_t r, const float* q, int64_t n) {
+  if (seg.type == KvElementType::kBFloat16) {
+    return DotBf16(q, static_cast<const uint16_t*>(seg.k) + r * seg.ld, n);
+  }
+  return Dot(q, static_cast<const float*>(seg.k) + r * seg.ld, n);
+}
+
+// out += p · value r of `seg`.
+inline void AddValue(const KvSegment& seg, int64_t r, float p, float* out, int64_t n) {
+  if (seg.type == KvElementType::kBFloat16) {
+    AxpyBf16(p, static_cast<const uint16_t*>(seg.v) + r * seg.ld, out, n);
+  } else {
+    Axpy(p, static_cast<const float*>(seg.v) + r * seg.ld, out, n);
+  }
+}
+
 }  // namespace
 
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
@@ -39,7 +73,7 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
     const int64_t n = std::min(seg.count, limit - key);
     for (int64_t r = 0; r < n; ++r, ++key) {
       const bool open = a.explicit_row == nullptr || a.explicit_row[key] != 0;
-      const float s = open ? a.scale * Dot(q, seg.k + r * seg.ld, a.head_dim) : kBlocked;
+      const float s = open ? a.scale * KeyDot(seg, r, q, a.head_dim) : kBlocked;
       probabilities[key] = s;
       max_score = std::max(max_score, s);  // A NaN score leaves the maximum as it was.
       open_keys += open;
@@ -68,7 +102,7 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
     for (int64_t r = 0; r < n; ++r, ++key) {
       const float p = probabilities[key] * inverse;
       probabilities[key] = p;
-      if (p != 0.0f) Axpy(p, seg.v + r * seg.ld, out, a.head_dim);
+      if (p != 0.0f) AddValue(seg, r, p, out, a.head_dim);
     }
     if (key >= limit) break;
   }

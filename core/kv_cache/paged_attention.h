@@ -10,15 +10,19 @@
 #include <cstdint>
 #include <span>
 
+#include "core/kv_cache/kv_element_type.h"
+
 namespace attnserve::core {
 
-// `count` consecutive keys of one head: key r's K row at k + r·ld, its V row at v + r·ld, each
-// head_dim floats.
+// `count` consecutive keys of one head: key r's K row at k + r·ld, its V row at v + r·ld (ld in
+// elements), each head_dim elements of `type`: float, or bf16 (uint16_t) rows of a bf16 cache,
+// widened exactly to fp32 as they are read. Segments of both types may be mixed in one row.
 struct KvSegment {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int64_t count = 0;
   int64_t ld = 0;
+  KvElementType type = KvElementType::kFloat32;
 };
 
 // What one AttendRow call attends.
@@ -33,7 +37,8 @@ struct RowAttention {
   const uint8_t* explicit_row = nullptr;
 };
 
-// out[head_dim] = softmax(scale · q·Kᵀ, blocked keys -∞) · V. `probabilities` (≥ keys floats)
+// out[head_dim] = softmax(scale · q·Kᵀ, blocked keys -∞) · V, with q, the scores, the softmax and
+// the accumulation in fp32 whatever the segments' type. `probabilities` (≥ keys floats)
 // receives the softmax, 0 for blocked keys. A row whose keys are all blocked gets all-zero
 // probabilities and a zero output, never NaN.
 void AttendRow(const RowAttention& a, const float* q, float* probabilities, float* out);

@@ -74,9 +74,7 @@ class KvBudget {
     std::unique_ptr<core::KvBlockPool> pool;
     int64_t sessions = 0;
   };
-  static int64_t BlockBytes(const core::KvBlockPool& pool) {
-    return pool.block_floats() * static_cast<int64_t>(sizeof(float));
-  }
+  static int64_t BlockBytes(const core::KvBlockPool& pool) { return pool.block_bytes(); }
 
   const KvBudgetOptions options_;
   std::map<const model::Model*, Entry> pools_;  // Keyed by version (a Model object).

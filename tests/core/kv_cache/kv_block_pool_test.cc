@@ -38,7 +38,9 @@ TEST(KvBlockPoolTest, BudgetSetsTheNumberOfBlocks) {
   ASSERT_NE(pool, nullptr);
   EXPECT_EQ(pool->total_blocks(), 10);
   EXPECT_EQ(pool->free_blocks(), 10);
-  EXPECT_EQ(pool->block_floats(), 2 * kBlockTokens * 16);
+  EXPECT_EQ(pool->block_elements(), 2 * kBlockTokens * 16);
+  EXPECT_EQ(pool->block_bytes(), kBlockBytes);
+  EXPECT_EQ(pool->element_type(), KvElementType::kFloat32);
 }
 
 TEST(KvBlockPoolTest, InvalidOptionsAreRefused) {
