@@ -1,17 +1,19 @@
-// Incremental-decoding benchmarks of attnserve_core_bench (issue 18), d_model 512, 8 heads, fp32,
-// 2 compute threads:
+// Incremental-decoding benchmarks of attnserve_core_bench (issue 18), d_model 512, 8 heads, 2
+// compute threads; argument bf16:0 is an fp32 model (fp32 KV cache), bf16:1 a bf16-compute model
+// whose cache stores K/V in bf16 (half the bytes per cached token):
 //   BM_DecodeBatched      64 sequences with 128 cached tokens each: one decode step of all 64 in
 //                         one CachedAttentionExecutor::Forward (M = 64 for the projections).
 //   BM_DecodeOneAtATime   the same 64 steps as 64 forwards of one sequence each.
 //   BM_DecodeLong         one sequence at 2048 cached tokens, one full decode step (projections
 //                         included: their 4 MiB of weights are read too).
-//   BM_PagedDecodeKernel  the attention kernel alone for that step (8 heads × 2049 keys), bytes =
-//                         the K and V read (2 × 2049 × 512 × 4 = 8.4 MB).
+//   BM_PagedDecodeKernel  the attention kernel alone for that step (8 heads × 2048 keys), bytes =
+//                         the K and V read (2 × 2048 × 512 × 4 = 8.4 MB fp32, × 2 = 4.2 MB bf16).
 //   BM_MemoryRead         the machine's read bandwidth, for comparison: a vectorised sum over a
 //                         buffer on 2 OpenMP threads; 8 MiB (like the K/V above, L3-resident on
 //                         a 32 MiB L3) and 512 MiB (DRAM).
-// Counters: tokens/s (items) and bytes/s. After each step the sequences are cut back to their
-// cached length (Commit + Trim, O(1)), so every iteration does the same work.
+// Counters: tokens/s (items) and bytes/s (K/V bytes read, 4 or 2 per element). After each step the
+// sequences are cut back to their cached length (Commit + Trim, O(1)), so every iteration does the
+// same work.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -25,6 +27,7 @@
 #include "core/attention_weights.h"
 #include "core/kv_cache/cached_attention.h"
 #include "core/kv_cache/paged_attention.h"
+#include "core/onednn_support.h"
 #include "core/util/aligned_buffer.h"
 
 namespace attnserve {
@@ -32,7 +35,24 @@ namespace {
 
 constexpr int kThreads = 2;
 constexpr int64_t kD = 512, kHeads = 8;
-const core::AttentionConfig kConfig{.d_model = kD, .num_heads = kHeads};
+
+core::AttentionConfig Config(bool bf16) {
+  return {.d_model = kD,
+          .num_heads = kHeads,
+          .compute_type = bf16 ? core::ComputeType::kBFloat16 : core::ComputeType::kFloat32};
+}
+
+// Bytes per cached K/V element.
+int64_t ElementBytes(bool bf16) { return bf16 ? 2 : 4; }
+
+// False (and the benchmark skipped) when a bf16 variant cannot run here.
+bool CanRun(benchmark::State& state, bool bf16) {
+  if (bf16 && !core::HasBf16Kernels()) {
+    state.SkipWithError("no bf16 kernels on this CPU");
+    return false;
+  }
+  return true;
+}
 
 std::vector<float> Random(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -42,27 +62,28 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   return v;
 }
 
-std::shared_ptr<const core::AttentionLayer> Layer() {
+std::shared_ptr<const core::AttentionLayer> Layer(bool bf16) {
   core::AttentionWeights w;
   w.w_qkv = Random(kD * 3 * kD, 1);
   w.w_o = Random(kD * kD, 2);
   for (float& x : w.w_qkv) x *= 0.05f;
   for (float& x : w.w_o) x *= 0.05f;
-  auto layer = core::AttentionLayer::Create(kConfig, w);
+  auto layer = core::AttentionLayer::Create(Config(bf16), w);
   return layer.ok() ? *layer : nullptr;
 }
 
 // `sequences` caches prefilled with `past` tokens each, and the executor that filled them.
 struct DecodeSetup {
-  std::shared_ptr<const core::AttentionLayer> layer = Layer();
+  std::shared_ptr<const core::AttentionLayer> layer;
   std::unique_ptr<core::KvBlockPool> pool;
   core::CachedAttentionExecutor executor{{.compute_threads = kThreads}};
   std::vector<core::KvSequence> seqs;
   int64_t past;
 
-  DecodeSetup(int64_t sequences, int64_t past_tokens) : seqs(sequences), past(past_tokens) {
+  DecodeSetup(int64_t sequences, int64_t past_tokens, bool bf16)
+      : layer(Layer(bf16)), seqs(sequences), past(past_tokens) {
     pool = std::move(*core::KvBlockPool::Create(
-        kConfig, {.block_tokens = 16, .budget_bytes = int64_t{1} << 30}));
+        Config(bf16), {.block_tokens = 16, .budget_bytes = int64_t{1} << 30}));
     const std::vector<float> x = Random(past * kD, 3);
     const std::vector<int64_t> offsets{0, past};
     std::vector<float> out(x.size());
@@ -96,7 +117,9 @@ absl::Status Step(DecodeSetup& s, int64_t first, int64_t count, const std::vecto
 
 void BM_DecodeBatched(benchmark::State& state) {
   const int64_t b = state.range(0), past = state.range(1);
-  DecodeSetup s(b, past);
+  const bool bf16 = state.range(2) != 0;
+  if (!CanRun(state, bf16)) return;
+  DecodeSetup s(b, past, bf16);
   const std::vector<float> x = Random(b * kD, 4);
   std::vector<float> out(x.size());
   for (auto _ : state) {
@@ -104,13 +127,20 @@ void BM_DecodeBatched(benchmark::State& state) {
     s.Rewind();
   }
   state.SetItemsProcessed(state.iterations() * b);
-  state.SetBytesProcessed(state.iterations() * b * 2 * (past + 1) * kD * 4);
+  state.SetBytesProcessed(state.iterations() * b * 2 * (past + 1) * kD * ElementBytes(bf16));
 }
-BENCHMARK(BM_DecodeBatched)->ArgNames({"B", "P"})->Args({64, 128})->Args({64, 1})->UseRealTime();
+BENCHMARK(BM_DecodeBatched)
+    ->ArgNames({"B", "P", "bf16"})
+    ->Args({64, 128, 0})
+    ->Args({64, 128, 1})
+    ->Args({64, 1, 0})
+    ->UseRealTime();
 
 void BM_DecodeOneAtATime(benchmark::State& state) {
   const int64_t b = state.range(0), past = state.range(1);
-  DecodeSetup s(b, past);
+  const bool bf16 = state.range(2) != 0;
+  if (!CanRun(state, bf16)) return;
+  DecodeSetup s(b, past, bf16);
   const std::vector<float> x = Random(b * kD, 4);
   std::vector<float> out(x.size());
   for (auto _ : state) {
@@ -120,12 +150,20 @@ void BM_DecodeOneAtATime(benchmark::State& state) {
     s.Rewind();
   }
   state.SetItemsProcessed(state.iterations() * b);
+  state.SetBytesProcessed(state.iterations() * b * 2 * (past + 1) * kD * ElementBytes(bf16));
 }
-BENCHMARK(BM_DecodeOneAtATime)->ArgNames({"B", "P"})->Args({64, 128})->Args({64, 1})->UseRealTime();
+BENCHMARK(BM_DecodeOneAtATime)
+    ->ArgNames({"B", "P", "bf16"})
+    ->Args({64, 128, 0})
+    ->Args({64, 128, 1})
+    ->Args({64, 1, 0})
+    ->UseRealTime();
 
 void BM_DecodeLong(benchmark::State& state) {
   const int64_t past = state.range(0);
-  DecodeSetup s(1, past);
+  const bool bf16 = state.range(1) != 0;
+  if (!CanRun(state, bf16)) return;
+  DecodeSetup s(1, past, bf16);
   const std::vector<float> x = Random(kD, 4);
   std::vector<float> out(x.size());
   for (auto _ : state) {
@@ -133,22 +171,26 @@ void BM_DecodeLong(benchmark::State& state) {
     s.Rewind();
   }
   state.SetItemsProcessed(state.iterations());
-  state.SetBytesProcessed(state.iterations() * 2 * (past + 1) * kD * 4);
+  state.SetBytesProcessed(state.iterations() * 2 * (past + 1) * kD * ElementBytes(bf16));
 }
-BENCHMARK(BM_DecodeLong)->ArgNames({"P"})->Arg(2048)->UseRealTime();
+BENCHMARK(BM_DecodeLong)->ArgNames({"P", "bf16"})->Args({2048, 0})->Args({2048, 1})->UseRealTime();
 
 void BM_PagedDecodeKernel(benchmark::State& state) {
   const int64_t past = state.range(0), dk = kD / kHeads;
-  DecodeSetup s(1, past);
+  const bool bf16 = state.range(1) != 0;
+  if (!CanRun(state, bf16)) return;
+  DecodeSetup s(1, past, bf16);
   const core::KvSequence& seq = s.seqs[0];
   const int64_t bt = s.pool->options().block_tokens;
   const int64_t blocks = static_cast<int64_t>(seq.blocks.size());
   std::vector<core::KvSegment> segments;
   for (int64_t head = 0; head < kHeads; ++head) {
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      segments.push_back({s.pool->keys(seq.blocks[blk], head),
-                          s.pool->values(seq.blocks[blk], head), std::min(bt, past - blk * bt),
-                          dk});
+      segments.push_back({.k = s.pool->key_data(seq.blocks[blk], head),
+                          .v = s.pool->value_data(seq.blocks[blk], head),
+                          .count = std::min(bt, past - blk * bt),
+                          .ld = dk,
+                          .type = s.pool->element_type()});
     }
   }
   const std::vector<float> q = Random(kD, 5);
@@ -167,9 +209,13 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * 2 * past * kD * 4);
+  state.SetBytesProcessed(state.iterations() * 2 * past * kD * ElementBytes(bf16));
 }
-BENCHMARK(BM_PagedDecodeKernel)->ArgNames({"P"})->Arg(2048)->UseRealTime();
+BENCHMARK(BM_PagedDecodeKernel)
+    ->ArgNames({"P", "bf16"})
+    ->Args({2048, 0})
+    ->Args({2048, 1})
+    ->UseRealTime();
 
 void BM_MemoryRead(benchmark::State& state) {
   const int64_t n = state.range(0) / 4;
