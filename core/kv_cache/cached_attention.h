@@ -10,6 +10,13 @@
 //      mask.causal it sees keys ≤ P_i + j; an explicit mask is [T_i, P_i + T_i] per sequence;
 //   4. one output projection over all rows (multi-head).
 // A sequence without cache (nullptr) attends over its own T_i rows as AttentionExecutor would.
+// bf16 compute (layer.config().compute_type): as AttentionExecutor, the inputs are rounded to bf16
+// for the bf16 weights, Q, K and V are rounded to bf16 after the f32-accumulated projection (the
+// pool, which then stores bf16, keeps them exactly; the new rows are read back from it like any
+// cached row, so a prefill followed by steps reads the same keys a full bf16 forward does), and
+// the context is rounded to bf16 before W_O. Scores, softmax and the P·V accumulation stay f32;
+// unlike the full forward the probabilities are not rounded to bf16 (no bf16 matmul reads them),
+// so the weights output is f32 softmax values.
 // Cross-attention: LoadMemory projects each sequence's memory · W_KV once into its cache; a
 // Forward with cross_attention = true then projects only the queries (· W_Q) and attends over
 // the cached memory without changing it.
