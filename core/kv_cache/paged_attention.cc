@@ -10,36 +10,55 @@
 namespace attnserve::core {
 namespace {
 
-float Dot(const float* a, const float* b, int64_t n) {
+// The helpers are always inlined: each must be compiled into every ISA clone of AttendRow (a
+// helper left out of line is compiled once, for baseline SSE2).
+#define ATTNSERVE_INLINE [[gnu::always_inline]] inline
+
+ATTNSERVE_INLINE float Dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
 
-void Axpy(float alpha, const float* x, float* y, int64_t n) {
+ATTNSERVE_INLINE void Axpy(float alpha, const float* x, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 // bf16 → fp32 is exact: the 16 bits become the top half of the float (a zero-extend and a shift,
 // which vectorise as vpmovzxwd + vpslld).
-inline float Widen(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
+ATTNSERVE_INLINE float Widen(uint16_t x) {
+  return std::bit_cast<float>(static_cast<uint32_t>(x) << 16);
+}
 
-float DotBf16(const float* a, const uint16_t* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum) simdlen(16)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * Widen(b[i]);
+// 16 independent lanes, summed pairwise at the end: an `omp simd reduction` would spill its lanes
+// and add them one by one per key, which costs more than the 64-element dot itself in bf16.
+constexpr int64_t kLanes = 16;
+
+ATTNSERVE_INLINE float DotBf16(const float* a, const uint16_t* b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * Widen(b[i + l]);
+  }
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+#pragma omp simd
+    for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  float sum = lanes[0];
+  for (; i < n; ++i) sum += a[i] * Widen(b[i]);
   return sum;
 }
 
-void AxpyBf16(float alpha, const uint16_t* x, float* y, int64_t n) {
+ATTNSERVE_INLINE void AxpyBf16(float alpha, const uint16_t* x, float* y, int64_t n) {
 #pragma omp simd simdlen(16)
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * Widen(x[i]);
 }
 
 // q · key r of `seg`.
-inline float KeyDot(const KvSegment& seg, int64_t r, const float* q, int64_t n) {
+ATTNSERVE_INLINE float KeyDot(const KvSegment& seg, int64_t r, const float* q, int64_t n) {
   if (seg.type == KvElementType::kBFloat16) {
     return DotBf16(q, static_cast<const uint16_t*>(seg.k) + r * seg.ld, n);
   }
@@ -47,13 +66,15 @@ inline float KeyDot(const KvSegment& seg, int64_t r, const float* q, int64_t n) 
 }
 
 // out += p · value r of `seg`.
-inline void AddValue(const KvSegment& seg, int64_t r, float p, float* out, int64_t n) {
+ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* out, int64_t n) {
   if (seg.type == KvElementType::kBFloat16) {
     AxpyBf16(p, static_cast<const uint16_t*>(seg.v) + r * seg.ld, out, n);
   } else {
     Axpy(p, static_cast<const float*>(seg.v) + r * seg.ld, out, n);
   }
 }
+
+#undef ATTNSERVE_INLINE
 
 }  // namespace
 
