@@ -11,8 +11,10 @@
 // A pool belongs to one model version: its KvCacheIdentity (d_model, heads, variant, compute
 // type). The forward passes refuse a layer whose config does not match (cached_attention.h).
 // The element type follows the compute type: an fp32 model's pool stores fp32 (its cached steps
-// equal a full forward to ~1e-6), a bf16 model's pool stores bf16 (half the bytes per token; its
+// equal a full forward to 1e-5), a bf16 model's pool stores bf16 (half the bytes per token; its
 // full forward rounds K and V to bf16 too, so nothing is lost that the full forward keeps).
+// There is deliberately no option to store bf16 for an fp32 model: its cached steps would no
+// longer equal its own full forward; such a model can be configured as bf16 compute instead.
 //
 // Thread-safety: NOT thread-safe. One pool and its KvSequences are used by one thread at a time
 // (e.g. the thread that owns the CachedAttentionExecutor); callers serialise access themselves.
