@@ -1,7 +1,8 @@
 // The paged KV cache of a bf16-compute model: its pool stores K and V in bf16 (round trip, ties to
 // even, budget in bf16 block bytes, identity refusals), and its cached forwards — chunked prefill,
-// one-token decode steps, mixed batches, cross-attention — stay within the bf16 bounds of the
-// double-precision reference and of one full bf16 forward of the whole sequence.
+// one-token decode steps, mixed batches, masks, head masks and weights, cross-attention — stay
+// within the bf16 bounds of the double-precision reference and of one full bf16 forward of the
+// whole sequence.
 //
 // The bound (kBf16OutputBound · RMS, tests/core/attention_test_support.h) is the one every bf16
 // test of the core uses: bf16 keeps 8 significant bits, so each rounded operand (input, Q, K, V,
@@ -14,6 +15,8 @@
 // full bf16 vs reference ≤ 0.033·RMS. A second, tighter check says caching costs no accuracy: the
 // cached error against the reference stays within 1.5× the full bf16 forward's own (measured
 // ratio ≤ 1.1; ties in the bf16 rounding of K/V/context can go either way, hence the margin).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -307,6 +310,75 @@ TEST(Bf16CachedAttentionTest, MixedBatchWithAnUncachedSequenceWithinBounds) {
     ExpectWithinBf16Bounds(std::span(out).subspan(offsets[i] * kD, rows[i] * kD),
                            std::span(ref).subspan(p * kD), std::span(full).subspan(p * kD),
                            "mixed batch, sequence " + std::to_string(i));
+  }
+}
+
+// An explicit mask with a fully blocked row, a head mask and the weights output of a bf16 cached
+// step: output within the bounds of the full bf16 forward, weights within kBf16WeightsBound of
+// its weights, each open row summing to 1 (the cache keeps the probabilities f32) and exact
+// zeros for the blocked row and the disabled head.
+TEST(Bf16CachedAttentionTest, ExplicitMaskHeadMaskAndWeightsWithinBounds) {
+  if (!core::HasBf16Kernels()) GTEST_SKIP() << "no bf16 kernels on " << core::OneDnnIsa();
+  const TestLayer layer = MakeTestLayer(Bf16Config(false, false), 4);
+  ASSERT_NE(layer.layer, nullptr);
+  constexpr int64_t kPast = 21, kNew = 4, kAll = kPast + kNew, kHeads = 4;
+  const std::vector<float> x = UniformValues(kAll * kD, 9);
+  std::vector<uint8_t> full_mask(kAll * kAll, 1);
+  const std::vector<float> bits = UniformValues(kNew * kAll, 10);
+  std::vector<uint8_t> step_mask(kNew * kAll);
+  for (int64_t i = 0; i < kNew * kAll; ++i) step_mask[i] = bits[i] > -0.4f;
+  std::fill(step_mask.begin() + kAll, step_mask.begin() + 2 * kAll, 0);  // Row 1 fully blocked.
+  std::copy(step_mask.begin(), step_mask.end(), full_mask.begin() + kPast * kAll);
+  const bool head_mask[kHeads] = {true, false, true, true};
+  std::vector<float> full_weights;
+  const std::vector<float> full =
+      FullForward(*layer.layer, x, true, {}, full_mask, head_mask, &full_weights);
+
+  auto pool = MakePool(layer.config);
+  CachedAttentionExecutor executor;
+  KvSequence seq;
+  KvSequence* caches[] = {&seq};
+  std::vector<float> prefix_out(kPast * kD);
+  const std::vector<int64_t> prefix{0, kPast};
+  ASSERT_TRUE(executor
+                  .Forward(*layer.layer, *pool,
+                           {.query = {std::span(x).subspan(0, kPast * kD), prefix},
+                            .caches = caches,
+                            .mask = {.causal = true}},
+                           {.output = prefix_out})
+                  .ok());
+  const std::vector<int64_t> offsets{0, kNew};
+  const CachedAttentionInputs in{.query = {std::span(x).subspan(kPast * kD), offsets},
+                                 .caches = caches,
+                                 .mask = {.causal = true, .explicit_mask = step_mask},
+                                 .head_mask = head_mask};
+  std::vector<float> step_out(kNew * kD), weights(kHeads * kNew * kAll, NAN);
+  const absl::Status s =
+      executor.Forward(*layer.layer, *pool, in, {.output = step_out, .weights = weights});
+  ASSERT_TRUE(s.ok()) << s;
+  const std::vector<double> full_tail(full.begin() + kPast * kD, full.end());
+  const ErrorSummary out = SummariseError(step_out, full_tail);
+  EXPECT_LE(out.max_abs_error, kBf16OutputBound * out.rms) << "RMS " << out.rms;
+  for (int64_t head = 0; head < kHeads; ++head) {
+    for (int64_t j = 0; j < kNew; ++j) {
+      const float* got = weights.data() + (head * kNew + j) * kAll;
+      const float* want = full_weights.data() + (head * kAll + kPast + j) * kAll;
+      double sum = 0, worst = 0;
+      for (int64_t k = 0; k < kAll; ++k) {
+        sum += got[k];
+        worst = std::max(worst, std::fabs(double{got[k]} - want[k]));
+        if (want[k] == 0.0f) {
+          EXPECT_EQ(got[k], 0.0f) << "head " << head << " row " << j;
+        }
+      }
+      EXPECT_LE(worst, kBf16WeightsBound) << "head " << head << " row " << j;
+      const bool zero_row = !head_mask[head] || j == 1;
+      EXPECT_NEAR(sum, zero_row ? 0.0 : 1.0, 1e-5) << "head " << head << " row " << j;
+    }
+  }
+  for (int64_t c = 0; c < kD; ++c) {
+    // Row 1 is fully blocked in every head: zero context, so with no bias a zero output.
+    EXPECT_EQ(step_out[1 * kD + c], 0.0f) << c;
   }
 }
 
