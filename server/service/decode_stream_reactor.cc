@@ -19,6 +19,7 @@ struct DecodeStreamReactor::Pending {
   std::vector<decoding::SessionId> to_close ABSL_GUARDED_BY(mu);
   // The message's size, held in the stream's unsent bytes until its answer replaces it.
   int64_t reserved_bytes = 0;
+  RequestMeter meter ABSL_GUARDED_BY(mu);  // Recorded with the answer.
 };
 
 namespace {
@@ -37,12 +38,30 @@ grpc::ByteBuffer Serialized(const v1::DecodeResponse& response) {
   return bytes;
 }
 
+// The code a message counts under: its own error's (unparseable), else its first failed item's
+// (opens, steps, closes in order), OK when every item succeeded.
+grpc::StatusCode CodeOf(const v1::DecodeResponse& response) {
+  const auto code = [](const v1::ErrorStatus& error) {
+    return static_cast<grpc::StatusCode>(error.code());
+  };
+  if (response.has_error()) return code(response.error());
+  for (const v1::DecodeOpenResult& open : response.opens()) {
+    if (open.has_error()) return code(open.error());
+  }
+  for (const v1::DecodeStepResult& step : response.steps()) {
+    if (step.has_error()) return code(step.error());
+  }
+  for (const v1::DecodeCloseResult& close : response.closes()) {
+    if (close.has_error()) return code(close.error());
+  }
+  return grpc::StatusCode::OK;
+}
+
 }  // namespace
 
 DecodeStreamReactor::DecodeStreamReactor(decoding::DecodeRuntime* runtime,
-                                         const ModelRouter* router, StreamRegistry* streams,
-                                         decoding::OwnerKey owner, bool draining,
-                                         int64_t max_unsent_bytes)
+                                         const AttendSubmitter* submitter, StreamRegistry* streams,
+                                         decoding::OwnerKey owner, int64_t max_unsent_bytes)
     : FlowControlledStream(
           streams,
           {.max_in_flight_messages = kMaxInFlightPerStream,
@@ -51,9 +70,9 @@ DecodeStreamReactor::DecodeStreamReactor(decoding::DecodeRuntime* runtime,
                grpc::StatusCode::UNAVAILABLE,
                "server is shutting down: every accepted message was answered; reconnect")}),
       runtime_(runtime),
-      router_(router),
+      submitter_(submitter),
       owner_(owner) {
-  Begin([draining] { return draining; });
+  Begin([submitter] { return submitter->draining(); });
 }
 
 void DecodeStreamReactor::OnMessage(grpc::ByteBuffer* bytes) {
@@ -64,19 +83,36 @@ void DecodeStreamReactor::OnMessage(grpc::ByteBuffer* bytes) {
   const absl::Status parsed = ParseWireMessage(*bytes, "message", &message);
   bytes->Clear();
   if (parsed.ok()) {
-    Start(message, reserved);
+    Start(message, reserved, submitter_->StartMeter(metrics::Method::kDecode, MeterModel(message)));
   } else {
+    // An unparseable message names no model: it counts under the unknown model's series.
+    RequestMeter meter = submitter_->StartMeter(metrics::Method::kDecode, metrics::kUnknownModel);
     v1::DecodeResponse response;
     FillDecodeError(parsed, response.mutable_error());
+    meter.Record(CodeOf(response));
     QueueAnswer(response, reserved);
   }
 }
 
-void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserved_bytes) {
+std::string DecodeStreamReactor::MeterModel(const v1::DecodeRequest& message) {
+  // "" names the default model, as the open's route does.
+  if (message.opens_size() > 0) return message.opens(0).model();
+  const std::string* tag = message.steps_size() > 0    ? &message.steps(0).session()
+                           : message.closes_size() > 0 ? &message.closes(0).session()
+                                                       : nullptr;
+  if (tag == nullptr) return metrics::kUnknownModel;
+  std::lock_guard<std::mutex> lock(tags_mu_);
+  const auto it = tags_.find(*tag);
+  return it == tags_.end() ? metrics::kUnknownModel : it->second.model->name;
+}
+
+void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserved_bytes,
+                                const RequestMeter& meter) {
   auto pending = std::make_shared<Pending>();
   pending->reserved_bytes = reserved_bytes;
   {
     std::lock_guard<std::mutex> lock(pending->mu);
+    pending->meter = meter;
     v1::DecodeResponse& response = pending->response;
     response.set_request_id(message.request_id());
     for (int i = 0; i < message.opens_size(); ++i) {
@@ -105,7 +141,7 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
     }
     ItemDone(pending);
   };
-  absl::StatusOr<ModelRoute> route = router_->Route(message.opens(index).model());
+  absl::StatusOr<ModelRoute> route = submitter_->router().Route(message.opens(index).model());
   if (!route.ok()) return fail(route.status());
   absl::StatusOr<decoding::SessionSpec> spec;
   {
@@ -220,6 +256,7 @@ void DecodeStreamReactor::ItemDone(const std::shared_ptr<Pending>& pending) {
     }
   }
   std::lock_guard<std::mutex> lock(pending->mu);  // For the analysis; uncontended.
+  pending->meter.Record(CodeOf(pending->response));
   QueueAnswer(pending->response, pending->reserved_bytes);
 }
 

@@ -19,6 +19,9 @@
 // still computing holds its own size of the unsent-byte budget, an answer its serialised size; so
 // a client that does not read its answers is slowed, not buffered.
 //
+// Metrics: each message counts as one request, method="Decode", from its read to its answer
+// (MeterModel says under which model; the code is its first failed item's, OK when none failed).
+//
 // Drain (DrainableStream): the stream stops reading, answers the messages it accepted, then
 // finishes UNAVAILABLE ("server is shutting down"), so a client knows to reconnect elsewhere.
 //
@@ -34,13 +37,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "attnserve/v1/attention.pb.h"
 #include "server/conversion/attnserve_v1/decode_conversion.h"
 #include "server/decoding/decode_runtime.h"
-#include "server/runtime/model_router.h"
+#include "server/service/attend_submitter.h"
 #include "server/service/flow_controlled_stream.h"
+#include "server/service/request_meter.h"
 #include "server/service/stream_registry.h"
 
 namespace attnserve::server {
@@ -49,12 +54,13 @@ class DecodeStreamReactor final : public FlowControlledStream {
  public:
   static constexpr int kMaxInFlightPerStream = 64;
 
-  // Registers with `streams` and starts reading (or, when `draining`, finishes UNAVAILABLE at
-  // once). `runtime`, `router` and `streams` must outlive the reactor (the gRPC server is shut
-  // down before them). `owner` must be unique among the runtime's owners. max_unsent_bytes >= 1.
-  DecodeStreamReactor(decoding::DecodeRuntime* runtime, const ModelRouter* router,
-                      StreamRegistry* streams, decoding::OwnerKey owner, bool draining,
-                      int64_t max_unsent_bytes);
+  // Registers with `streams` and starts reading (or, when `submitter` drains, finishes
+  // UNAVAILABLE at once). The submitter gives the routes, the drain switch and the request meters
+  // (attnserve_requests_total{method="Decode"}). `runtime`, `submitter` and `streams` must
+  // outlive the reactor (the gRPC server is shut down before them). `owner` must be unique among
+  // the runtime's owners. max_unsent_bytes >= 1.
+  DecodeStreamReactor(decoding::DecodeRuntime* runtime, const AttendSubmitter* submitter,
+                      StreamRegistry* streams, decoding::OwnerKey owner, int64_t max_unsent_bytes);
 
   void OnCancel() override;
 
@@ -68,8 +74,13 @@ class DecodeStreamReactor final : public FlowControlledStream {
   void OnClientGone() override;
   void OnStreamDone() override;
 
-  // Starts every item of `message`; its answer is queued when the last item is done.
-  void Start(const v1::DecodeRequest& message, int64_t reserved_bytes);
+  // The model label `message` counts under in the request metrics: its first item's model (the
+  // model an open names, the session's model for a step or close); kUnknownModel for a tag not
+  // open on this stream or a message without items.
+  std::string MeterModel(const v1::DecodeRequest& message);
+  // Starts every item of `message`; its answer is queued (and `meter` recorded) when the last
+  // item is done.
+  void Start(const v1::DecodeRequest& message, int64_t reserved_bytes, const RequestMeter& meter);
   void StartOpen(const v1::DecodeRequest& message, int index,
                  const std::shared_ptr<Pending>& pending);
   void StartStep(const v1::DecodeRequest& message, int index,
@@ -82,7 +93,7 @@ class DecodeStreamReactor final : public FlowControlledStream {
   void QueueAnswer(const v1::DecodeResponse& response, int64_t reserved_bytes);
 
   decoding::DecodeRuntime* const runtime_;
-  const ModelRouter* const router_;
+  const AttendSubmitter* const submitter_;
   const decoding::OwnerKey owner_;
 
   std::mutex tags_mu_;
