@@ -9,7 +9,8 @@
 # deploy/install-deps.sh, since nothing in CI runs it).
 #
 # Usage: tests/benchmarks/run_decode_service_cpu.sh [BUILD_DIR]
-#   Environment: MESSAGES (2000), SESSIONS (64), CONTEXT (128), PERF (0), PERF_S (10), and
+#   Environment: MESSAGES (2000), SESSIONS (64), CONTEXT (128), ROUND (32: step messages between
+#   reopening the sessions), PERF (0), PERF_S (10), and
 #   server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
 set -euo pipefail
 bench_name=run_decode_service_cpu.sh
@@ -25,7 +26,8 @@ fi
 wait_quiet decode
 start_server "${work}/server.log" --metrics-off
 load=("${load_bin}" --target "127.0.0.1:${port}" --server-pid "${server_pid}"
-      --messages "${MESSAGES:-2000}" --sessions "${SESSIONS:-64}" --context "${CONTEXT:-128}")
+      --messages "${MESSAGES:-2000}" --sessions "${SESSIONS:-64}" --context "${CONTEXT:-128}"
+      --round "${ROUND:-32}")
 if [[ "${PERF:-0}" == 1 ]]; then
   "${load[@]}" &
   load_pid=$!
@@ -35,8 +37,8 @@ if [[ "${PERF:-0}" == 1 ]]; then
   wait "${load_pid}"
   perf report -i "${work}/perf.data" --no-children --sort comm,dso --stdio -g none 2>/dev/null |
     grep -v '^#' | grep -v '^$' | head -25
-  perf report -i "${work}/perf.data" --no-children --sort sym --stdio -g none 2>/dev/null |
-    grep -v '^#' | grep -v '^$' | head -40
+  perf report -i "${work}/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
+    grep -v "^#" | grep -v "^$" | head -"${PERF_TOP:-40}"
 else
   "${load[@]}"
 fi
