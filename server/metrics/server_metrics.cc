@@ -29,7 +29,7 @@ prometheus::ClientMetric GaugeSample(const std::string& model, double value) {
 
 std::string_view MethodName(Method method) {
   static constexpr std::string_view kNames[kNumMethods] = {
-      "Attend", "AttendStream", "ListModels", "GetModel", "ModelInfer", "ModelMetadata"};
+      "Attend", "AttendStream", "ListModels", "GetModel", "ModelInfer", "ModelMetadata", "Decode"};
   return kNames[static_cast<int>(method)];
 }
 

@@ -47,16 +47,19 @@ inline constexpr char kUnknownModel[] = "<unknown>";
 
 // The RPC methods counted in attnserve_requests_total{method}.
 // kModelInfer and kModelMetadata: the Open Inference Protocol's inference and metadata calls
-// (inference.GRPCInferenceService), labelled apart from attnserve.v1's.
+// (inference.GRPCInferenceService), labelled apart from attnserve.v1's. The streams count one
+// request per message: kAttendStream with its in-band code, kDecode (decoding sessions) with its
+// first failed item's code (OK when every item succeeded).
 enum class Method {
   kAttend = 0,
   kAttendStream,
   kListModels,
   kGetModel,
   kModelInfer,
-  kModelMetadata
+  kModelMetadata,
+  kDecode
 };
-inline constexpr int kNumMethods = 6;
+inline constexpr int kNumMethods = 7;
 std::string_view MethodName(Method method);
 // gRPC's name of `code` ("OK", "INVALID_ARGUMENT", ...).
 std::string StatusCodeName(grpc::StatusCode code);

@@ -108,9 +108,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::D
     return new RefusedStream(
         grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Decode: decoding sessions are not enabled"));
   }
-  return new DecodeStreamReactor(decode_runtime_, &submitter_.router(), &streams_,
-                                 next_decode_owner_.fetch_add(1), submitter_.draining(),
-                                 max_stream_unsent_bytes_);
+  return new DecodeStreamReactor(decode_runtime_, &submitter_, &streams_,
+                                 next_decode_owner_.fetch_add(1), max_stream_unsent_bytes_);
 }
 
 grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerContext* /*context*/,

@@ -4,7 +4,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/util/happens_before.h"
 #include "server/service/wire_messages.h"
 #include "spdlog/spdlog.h"
 
@@ -20,6 +19,7 @@ struct DecodeStreamReactor::Pending {
   std::vector<decoding::SessionId> to_close ABSL_GUARDED_BY(mu);
   // The message's size, held in the stream's unsent bytes until its answer replaces it.
   int64_t reserved_bytes = 0;
+  RequestMeter meter ABSL_GUARDED_BY(mu);  // Recorded with the answer.
 };
 
 namespace {
@@ -38,64 +38,81 @@ grpc::ByteBuffer Serialized(const v1::DecodeResponse& response) {
   return bytes;
 }
 
+// The code a message counts under: its own error's (unparseable), else its first failed item's
+// (opens, steps, closes in order), OK when every item succeeded.
+grpc::StatusCode CodeOf(const v1::DecodeResponse& response) {
+  const auto code = [](const v1::ErrorStatus& error) {
+    return static_cast<grpc::StatusCode>(error.code());
+  };
+  if (response.has_error()) return code(response.error());
+  for (const v1::DecodeOpenResult& open : response.opens()) {
+    if (open.has_error()) return code(open.error());
+  }
+  for (const v1::DecodeStepResult& step : response.steps()) {
+    if (step.has_error()) return code(step.error());
+  }
+  for (const v1::DecodeCloseResult& close : response.closes()) {
+    if (close.has_error()) return code(close.error());
+  }
+  return grpc::StatusCode::OK;
+}
+
 }  // namespace
 
 DecodeStreamReactor::DecodeStreamReactor(decoding::DecodeRuntime* runtime,
-                                         const ModelRouter* router, StreamRegistry* streams,
-                                         decoding::OwnerKey owner, bool draining,
-                                         int64_t max_unsent_bytes)
-    : runtime_(runtime),
-      router_(router),
-      streams_(streams),
-      owner_(owner),
-      max_unsent_bytes_(max_unsent_bytes) {
-  streams_->Register(this);
-  Actions actions;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (draining) reads_done_ = drained_ = true;
-    DecideLocked(&actions);
-  }
-  Perform(actions);
+                                         const AttendSubmitter* submitter, StreamRegistry* streams,
+                                         decoding::OwnerKey owner, int64_t max_unsent_bytes)
+    : FlowControlledStream(
+          streams,
+          {.max_in_flight_messages = kMaxInFlightPerStream,
+           .max_unsent_bytes = max_unsent_bytes,
+           .drained_status = grpc::Status(
+               grpc::StatusCode::UNAVAILABLE,
+               "server is shutting down: every accepted message was answered; reconnect")}),
+      runtime_(runtime),
+      submitter_(submitter),
+      owner_(owner) {
+  Begin([submitter] { return submitter->draining(); });
 }
 
-void DecodeStreamReactor::OnReadDone(bool ok) {
-  TakeOver(&request_);
-  Actions actions;
-  if (ok) {
-    // Its answer (outputs as wide as its rows) is about its size: reserved until written.
-    const int64_t reserved = static_cast<int64_t>(request_.Length());
-    {
-      // Counted before its items start: their answers may come before Start returns.
-      std::lock_guard<std::mutex> lock(mu_);
-      ++in_flight_;
-      AddUnsentLocked(reserved);
-    }
-    v1::DecodeRequest message;
-    const absl::Status parsed = ParseWireMessage(request_, "message", &message);
-    request_.Clear();
-    if (parsed.ok()) {
-      Start(message, reserved);
-    } else {
-      v1::DecodeResponse response;
-      FillDecodeError(parsed, response.mutable_error());
-      Answer(response, reserved);
-    }
+void DecodeStreamReactor::OnMessage(grpc::ByteBuffer* bytes) {
+  // Its answer (outputs as wide as its rows) is about its size: reserved until written.
+  const int64_t reserved = static_cast<int64_t>(bytes->Length());
+  Reserve(reserved);
+  v1::DecodeRequest message;
+  const absl::Status parsed = ParseWireMessage(*bytes, "message", &message);
+  bytes->Clear();
+  if (parsed.ok()) {
+    Start(message, reserved, submitter_->StartMeter(metrics::Method::kDecode, MeterModel(message)));
+  } else {
+    // An unparseable message names no model: it counts under the unknown model's series.
+    RequestMeter meter = submitter_->StartMeter(metrics::Method::kDecode, metrics::kUnknownModel);
+    v1::DecodeResponse response;
+    FillDecodeError(parsed, response.mutable_error());
+    meter.Record(CodeOf(response));
+    QueueAnswer(response, reserved);
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    reading_ = false;
-    if (!ok) reads_done_ = true;  // The client half-closed, or the call is over.
-    DecideLocked(&actions);
-  }
-  Perform(actions);
 }
 
-void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserved_bytes) {
+std::string DecodeStreamReactor::MeterModel(const v1::DecodeRequest& message) {
+  // "" names the default model, as the open's route does.
+  if (message.opens_size() > 0) return message.opens(0).model();
+  const std::string* tag = message.steps_size() > 0    ? &message.steps(0).session()
+                           : message.closes_size() > 0 ? &message.closes(0).session()
+                                                       : nullptr;
+  if (tag == nullptr) return metrics::kUnknownModel;
+  std::lock_guard<std::mutex> lock(tags_mu_);
+  const auto it = tags_.find(*tag);
+  return it == tags_.end() ? metrics::kUnknownModel : it->second.model->name;
+}
+
+void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserved_bytes,
+                                const RequestMeter& meter) {
   auto pending = std::make_shared<Pending>();
   pending->reserved_bytes = reserved_bytes;
   {
     std::lock_guard<std::mutex> lock(pending->mu);
+    pending->meter = meter;
     v1::DecodeResponse& response = pending->response;
     response.set_request_id(message.request_id());
     for (int i = 0; i < message.opens_size(); ++i) {
@@ -124,7 +141,7 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
     }
     ItemDone(pending);
   };
-  absl::StatusOr<ModelRoute> route = router_->Route(message.opens(index).model());
+  absl::StatusOr<ModelRoute> route = submitter_->router().Route(message.opens(index).model());
   if (!route.ok()) return fail(route.status());
   absl::StatusOr<decoding::SessionSpec> spec;
   {
@@ -239,49 +256,17 @@ void DecodeStreamReactor::ItemDone(const std::shared_ptr<Pending>& pending) {
     }
   }
   std::lock_guard<std::mutex> lock(pending->mu);  // For the analysis; uncontended.
-  Answer(pending->response, pending->reserved_bytes);
+  pending->meter.Record(CodeOf(pending->response));
+  QueueAnswer(pending->response, pending->reserved_bytes);
 }
 
-void DecodeStreamReactor::Answer(const v1::DecodeResponse& response, int64_t reserved_bytes) {
-  grpc::ByteBuffer answer = Serialized(response);  // Outside mu_.
-  Actions actions;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    AddUnsentLocked(-reserved_bytes);
-    if (write_failed_ || finished_) {
-      --in_flight_;  // Dropped: nobody will read it.
-    } else {
-      AddUnsentLocked(static_cast<int64_t>(answer.Length()));
-      pending_.push_back(std::move(answer));
-    }
-    DecideLocked(&actions);
-  }
-  Perform(actions);
+void DecodeStreamReactor::QueueAnswer(const v1::DecodeResponse& response, int64_t reserved_bytes) {
+  Answer(Serialized(response), reserved_bytes);
 }
 
-void DecodeStreamReactor::OnWriteDone(bool ok) {
-  TakeOver(&pending_);
-  Actions actions;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    AddUnsentLocked(-static_cast<int64_t>(pending_.front().Length()));
-    pending_.pop_front();
-    --in_flight_;
-    if (!ok) {
-      // The client is gone: answers still to come are dropped.
-      write_failed_ = true;
-      in_flight_ -= static_cast<int>(pending_.size());
-      for (const grpc::ByteBuffer& answer : pending_) {
-        AddUnsentLocked(-static_cast<int64_t>(answer.Length()));
-      }
-      pending_.clear();
-    }
-    DecideLocked(&actions);
-  }
+void DecodeStreamReactor::OnClientGone() {
   // Its sessions' queued steps are answered CANCELLED at once instead of computed for nobody.
-  if (!ok) runtime_->CloseOwner(owner_);
-  Perform(actions);
+  runtime_->CloseOwner(owner_);
 }
 
 void DecodeStreamReactor::OnCancel() {
@@ -290,70 +275,6 @@ void DecodeStreamReactor::OnCancel() {
   runtime_->CloseOwner(owner_);
 }
 
-void DecodeStreamReactor::OnDone() {
-  TakeOver(this);  // Every reaction and Finish came first (each handed off `this`).
-  runtime_->CloseOwner(owner_);
-  streams_->Unregister(this);
-  delete this;
-}
-
-bool DecodeStreamReactor::PrepareDrain() {
-  Actions actions;
-  std::lock_guard<std::mutex> lock(mu_);
-  reads_done_ = true;
-  drained_ = true;
-  DecideLocked(&actions);
-  return actions.finish;
-}
-
-void DecodeStreamReactor::FinishDrained() {
-  HandOff(this);
-  Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "server is shutting down: every accepted message was answered; reconnect"));
-}
-
-void DecodeStreamReactor::DecideLocked(Actions* actions) {
-  if (finished_) return;
-  if (!reading_ && !reads_done_ && !write_failed_ && in_flight_ < kMaxInFlightPerStream &&
-      unsent_bytes_ < max_unsent_bytes_ && (in_flight_ == 0 || !streams_->OverBudget())) {
-    reading_ = true;
-    actions->read = true;
-  }
-  if (!writing_ && !pending_.empty()) {
-    writing_ = true;
-    actions->write = &pending_.front();
-  }
-  const bool no_more_reads = reads_done_ || (write_failed_ && !reading_);
-  if (no_more_reads && in_flight_ == 0 && pending_.empty() && !writing_) {
-    finished_ = true;
-    actions->finish = true;
-    actions->drained = drained_;
-  }
-}
-
-void DecodeStreamReactor::AddUnsentLocked(int64_t delta) {
-  unsent_bytes_ += delta;
-  streams_->AddUnsentBytes(delta);
-}
-
-void DecodeStreamReactor::Perform(const Actions& actions) {
-  // No member may be touched after Finish: OnDone may delete the reactor at once.
-  HandOff(this);
-  if (actions.write != nullptr) {
-    HandOff(&pending_);
-    StartWrite(actions.write);
-  }
-  if (actions.read) {
-    HandOff(&request_);
-    StartRead(&request_);
-  }
-  if (actions.finish) {
-    if (actions.drained) {
-      FinishDrained();
-    } else {
-      Finish(grpc::Status::OK);
-    }
-  }
-}
+void DecodeStreamReactor::OnStreamDone() { runtime_->CloseOwner(owner_); }
 
 }  // namespace attnserve::server

@@ -15,71 +15,72 @@
 // cancel the sessions are closed at once, so queued steps are answered CANCELLED and the call ends
 // without waiting for compute it no longer needs.
 //
-// Flow control, as AttendStream's: one read and one write outstanding; the reactor stops reading
-// while kMaxInFlightPerStream messages are read and not yet answered and written, or while their
-// bytes reach max_unsent_bytes (a message still computing counts its own size, an answer its
-// serialised size), or, with a message in flight, while all streams together are over the
-// registry's budget. So a client that does not read its answers is slowed, not buffered.
+// Flow control is FlowControlledStream's (flow_controlled_stream.h), as AttendStream's: a message
+// still computing holds its own size of the unsent-byte budget, an answer its serialised size; so
+// a client that does not read its answers is slowed, not buffered.
+//
+// Metrics: each message counts as one request, method="Decode", from its read to its answer
+// (MeterModel says under which model; the code is its first failed item's, OK when none failed).
 //
 // Drain (DrainableStream): the stream stops reading, answers the messages it accepted, then
 // finishes UNAVAILABLE ("server is shutting down"), so a client knows to reconnect elsewhere.
 //
 // Thread-safety: reactions run on gRPC threads and the runtime's callbacks on its loop thread;
-// state is under mu_ (flow) and tags_mu_ (the session tags), neither held while calling gRPC or the
-// runtime. The stream finishes only once every message is answered, and nothing touches the
-// reactor after Finish (OnDone deletes it).
+// the flow state is FlowControlledStream's, the session tags are under tags_mu_, and neither lock
+// is held while calling gRPC or the runtime. The stream finishes only once every message is
+// answered, and nothing touches the reactor after Finish (OnDone deletes it).
 #ifndef ATTNSERVE_SERVER_SERVICE_DECODE_STREAM_REACTOR_H_
 #define ATTNSERVE_SERVER_SERVICE_DECODE_STREAM_REACTOR_H_
 
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "attnserve/v1/attention.pb.h"
 #include "server/conversion/attnserve_v1/decode_conversion.h"
 #include "server/decoding/decode_runtime.h"
-#include "server/runtime/model_router.h"
+#include "server/service/attend_submitter.h"
+#include "server/service/flow_controlled_stream.h"
+#include "server/service/request_meter.h"
 #include "server/service/stream_registry.h"
 
 namespace attnserve::server {
 
-class DecodeStreamReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-      public DrainableStream {
+class DecodeStreamReactor final : public FlowControlledStream {
  public:
   static constexpr int kMaxInFlightPerStream = 64;
 
-  // Registers with `streams` and starts reading (or, when `draining`, finishes UNAVAILABLE at
-  // once). `runtime`, `router` and `streams` must outlive the reactor (the gRPC server is shut
-  // down before them). `owner` must be unique among the runtime's owners. max_unsent_bytes >= 1.
-  DecodeStreamReactor(decoding::DecodeRuntime* runtime, const ModelRouter* router,
-                      StreamRegistry* streams, decoding::OwnerKey owner, bool draining,
-                      int64_t max_unsent_bytes);
+  // Registers with `streams` and starts reading (or, when `submitter` drains, finishes
+  // UNAVAILABLE at once). The submitter gives the routes, the drain switch and the request meters
+  // (attnserve_requests_total{method="Decode"}). `runtime`, `submitter` and `streams` must
+  // outlive the reactor (the gRPC server is shut down before them). `owner` must be unique among
+  // the runtime's owners. max_unsent_bytes >= 1.
+  DecodeStreamReactor(decoding::DecodeRuntime* runtime, const AttendSubmitter* submitter,
+                      StreamRegistry* streams, decoding::OwnerKey owner, int64_t max_unsent_bytes);
 
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override;
-
-  // DrainableStream.
-  bool PrepareDrain() override;
-  void FinishDrained() override;
 
  private:
   struct Pending;  // One message whose answer is being assembled.
-  struct Actions {
-    bool read = false;
-    const grpc::ByteBuffer* write = nullptr;
-    bool finish = false;
-    bool drained = false;  // Finish UNAVAILABLE (drain) instead of OK.
-  };
 
-  // Starts every item of `message`; its answer is queued when the last item is done.
-  void Start(const v1::DecodeRequest& message, int64_t reserved_bytes);
+  // FlowControlledStream: starts one message; closes the stream's sessions once the client is
+  // gone (its queued steps are answered CANCELLED at once instead of computed for nobody), and
+  // when the call is over.
+  void OnMessage(grpc::ByteBuffer* bytes) override;
+  void OnClientGone() override;
+  void OnStreamDone() override;
+
+  // The model label `message` counts under in the request metrics: its first item's model (the
+  // model an open names, the session's model for a step or close); kUnknownModel for a tag not
+  // open on this stream or a message without items.
+  std::string MeterModel(const v1::DecodeRequest& message);
+  // Starts every item of `message`; its answer is queued (and `meter` recorded) when the last
+  // item is done.
+  void Start(const v1::DecodeRequest& message, int64_t reserved_bytes, const RequestMeter& meter);
   void StartOpen(const v1::DecodeRequest& message, int index,
                  const std::shared_ptr<Pending>& pending);
   void StartStep(const v1::DecodeRequest& message, int index,
@@ -89,34 +90,15 @@ class DecodeStreamReactor final
   // One item of `pending` is done; the last one closes the message's sessions and answers it.
   void ItemDone(const std::shared_ptr<Pending>& pending);
   // Queues an answer for writing (or drops it when the client is gone).
-  void Answer(const v1::DecodeResponse& response, int64_t reserved_bytes);
-  void DecideLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Changes unsent_bytes_, and the server-wide total, by `delta`.
-  void AddUnsentLocked(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Perform(const Actions& actions);
+  void QueueAnswer(const v1::DecodeResponse& response, int64_t reserved_bytes);
 
   decoding::DecodeRuntime* const runtime_;
-  const ModelRouter* const router_;
-  StreamRegistry* const streams_;
+  const AttendSubmitter* const submitter_;
   const decoding::OwnerKey owner_;
-  const int64_t max_unsent_bytes_;
-  grpc::ByteBuffer request_;  // The read buffer; only touched between StartRead and OnReadDone.
 
   std::mutex tags_mu_;
   DecodeSessionTags tags_ ABSL_GUARDED_BY(tags_mu_);
   uint64_t last_serial_ ABSL_GUARDED_BY(tags_mu_) = 0;  // Of the last open.
-
-  std::mutex mu_;
-  bool reading_ ABSL_GUARDED_BY(mu_) = false;
-  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool drained_ ABSL_GUARDED_BY(mu_) = false;  // Finish UNAVAILABLE instead of OK.
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;     // Messages read, answer not yet written/dropped.
-  std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);  // Serialised answers to write.
-  // Sizes of the messages still computing plus those of pending_.
-  int64_t unsent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace attnserve::server

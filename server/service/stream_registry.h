@@ -3,7 +3,7 @@
 // Every open stream registers for its whole life and is counted in OpenCalls meanwhile; DrainAll
 // asks each to stop reading and finishes those that have nothing left to answer (the others
 // finish themselves once their last answer is written). The registry also keeps the server-wide
-// total of the streams' unsent answer bytes (attend_stream_reactor.h), which streams check before
+// total of the streams' unsent answer bytes (flow_controlled_stream.h), which streams check before
 // reading.
 //
 // Thread-safe. `open_calls` must outlive the registry.

@@ -50,6 +50,7 @@ TEST(ServerMetricsTest, NamesEveryStatusCodeAndMethodAsGrpcDoes) {
   EXPECT_EQ(StatusCodeName(static_cast<grpc::StatusCode>(99)), "UNKNOWN");
   EXPECT_EQ(MethodName(Method::kAttendStream), "AttendStream");
   EXPECT_EQ(MethodName(Method::kGetModel), "GetModel");
+  EXPECT_EQ(MethodName(Method::kDecode), "Decode");
 }
 
 TEST(ServerMetricsTest, OnlyRegisteredModelsGetTheirOwnLabel) {

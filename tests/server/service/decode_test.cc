@@ -1,6 +1,6 @@
 // attnserve.v1 Decode end to end: a real server on 127.0.0.1, sessions over gRPC streams compared
 // with the core's full forward of the whole sequence, the stream owning its sessions (cancel frees
-// the cache), the KV budget, per-item errors, and drain.
+// the cache), the KV budget, per-item errors, request metrics, and drain.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -332,6 +332,49 @@ TEST_F(DecodeTest, BadItemsFailAloneWithClearErrors) {
   // (Bytes that are no DecodeRequest at all: wire_parsing_test.)
   EXPECT_TRUE(a.Close().ok());
   EXPECT_TRUE(AllFreed(1));
+}
+
+TEST_F(DecodeTest, EachMessageCountsAsOneDecodeRequestWithItsFirstFailedItemsCode) {
+  StartServer();
+  const int64_t d = kSmallWidth;
+  DecodeStream a(stub());
+  v1::DecodeRequest open;
+  AddOpen(&open, "s", kSmallModel);
+  AddStep(&open, "s", TestValues(2 * d, 1), d);
+  ASSERT_FALSE(a.Call(open).steps(0).has_error());
+  v1::DecodeRequest step;
+  AddStep(&step, "s", TestValues(d, 2), d);
+  ASSERT_FALSE(a.Call(step).steps(0).has_error());
+  v1::DecodeRequest mixed;  // A good step, then one of the wrong width: the message failed.
+  AddStep(&mixed, "s", TestValues(d, 3), d);
+  AddStep(&mixed, "s", TestValues(d + 1, 4), d + 1);
+  const v1::DecodeResponse mixed_answer = a.Call(mixed);
+  EXPECT_FALSE(mixed_answer.steps(0).has_error());
+  EXPECT_EQ(mixed_answer.steps(1).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::DecodeRequest stranger;  // A tag not open on the stream: no model to count it under.
+  AddStep(&stranger, "nope", TestValues(d, 5), d);
+  EXPECT_EQ(a.Call(stranger).steps(0).error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(a.Close().ok());
+
+  // Each message is recorded before its answer is queued: no waiting needed.
+  const absl::StatusOr<Samples> samples = Scrape(server().metrics_port());
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(
+      ValueOf(*samples, "attnserve_requests_total{code=\"OK\",method=\"Decode\",model=\"small\"}"),
+      2);
+  EXPECT_EQ(ValueOf(*samples,
+                    "attnserve_requests_total{code=\"INVALID_ARGUMENT\","
+                    "method=\"Decode\",model=\"small\"}"),
+            1);
+  EXPECT_EQ(ValueOf(*samples,
+                    "attnserve_requests_total{code=\"INVALID_ARGUMENT\","
+                    "method=\"Decode\",model=\"<unknown>\"}"),
+            1);
+  EXPECT_EQ(ValueOf(*samples,
+                    "attnserve_request_duration_seconds_count{method=\"Decode\","
+                    "model=\"small\"}"),
+            3);
+  EXPECT_EQ(ValueOf(*samples, "attnserve_inflight_requests"), 0);
 }
 
 TEST_F(DecodeTest, DrainAnswersAcceptedStepsThenEndsTheStreamUnavailable) {

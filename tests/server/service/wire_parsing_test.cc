@@ -209,6 +209,13 @@ TEST_F(WireParsingTest, AnUnparseableDecodeMessageGetsAnInBandErrorAndTheStreamE
   ASSERT_TRUE(call.WritesDone());
   const grpc::Status status = call.Finish();
   EXPECT_TRUE(status.ok()) << status.error_message();
+
+  absl::StatusOr<Samples> samples = Scrape(server().metrics_port());
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(ValueOf(*samples,
+                    "attnserve_requests_total{code=\"INVALID_ARGUMENT\",method=\"Decode\","
+                    "model=\"<unknown>\"}"),
+            1);
 }
 
 }  // namespace
