@@ -15,10 +15,12 @@
 #include "core/onednn_support.h"
 #include "server/app/accept_guard.h"
 #include "server/app/certificate_monitor.h"
+#include "server/app/kv_cache_budget.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/tls_credentials.h"
 #include "server/batching/batching_options.h"
 #include "server/runtime/compute_budget.h"
+#include "server/runtime/memory_limit.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -230,10 +232,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   if (options.decoding.compute_threads == 0) {
     options.decoding.compute_threads = options.runner.compute_threads;
   }
+  const KvCacheBudget kv_budget =
+      ResolveKvCacheBudget(options.decoding.kv.budget_bytes, AvailableMemory());
+  options.decoding.kv.budget_bytes = kv_budget.bytes;
   options.model_limits.request.max_response_bytes = options.max_message_bytes;
   if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
+  server->kv_cache_budget_source_ = kv_budget.source;
 
   absl::StatusOr<std::unique_ptr<repository::ModelRepository>> repository =
       repository::ModelRepository::Open(options.repository);

@@ -56,9 +56,11 @@ class Server {
   int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
   // The server's metrics; null when metrics are off.
   metrics::ServerMetrics* metrics() { return metrics_.get(); }
-  // The options in force: as given, with compute_threads, num_batch_threads and
-  // model_limits.request.max_response_bytes resolved.
+  // The options in force: as given, with compute_threads, num_batch_threads,
+  // decoding.kv.budget_bytes and model_limits.request.max_response_bytes resolved.
   const ServerOptions& options() const { return options_; }
+  // Where decoding.kv.budget_bytes came from (kv_cache_budget.h), for the startup summary.
+  const std::string& kv_cache_budget_source() const { return kv_cache_budget_source_; }
   const ModelRouter& router() const { return router_; }
   const ModelLifecycle& lifecycle() const { return *lifecycle_; }
   AttentionService& service() { return *service_; }
@@ -83,6 +85,7 @@ class Server {
   std::vector<metrics::ModelSnapshot> ModelSnapshots() const;
 
   ServerOptions options_;
+  std::string kv_cache_budget_source_;
   // First: everything below may record into it until destroyed.
   std::unique_ptr<metrics::ServerMetrics> metrics_;
   std::unique_ptr<BatchRunner> runner_;
