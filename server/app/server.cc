@@ -270,9 +270,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   if (server->metrics_ != nullptr) {
     server->decode_listener_ = std::make_unique<DecodeMetricsListener>(&server->metrics_->decode());
   }
+  // Its passes take their threads from the batches' compute budget: together never more.
+  server->decode_teams_ = std::make_unique<DecodeComputeTeams>(&server->runner_->compute_budget());
   absl::StatusOr<std::unique_ptr<decoding::DecodeRuntime>> decode_runtime =
       decoding::DecodeRuntime::Create(options.decoding, batching::RealClock::Default(),
-                                      server->decode_listener_.get());
+                                      server->decode_listener_.get(), server->decode_teams_.get());
   if (!decode_runtime.ok()) return decode_runtime.status();
   server->decode_runtime_ = *std::move(decode_runtime);
   server->service_->EnableDecoding(server->decode_runtime_.get());

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "core/util/notification.h"
 #include "server/app/certificate_monitor.h"
+#include "server/app/decode_compute_teams.h"
 #include "server/app/decode_metrics_listener.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/server_options.h"
@@ -94,6 +95,7 @@ class Server {
   ModelRouter router_;
   std::unique_ptr<ModelLifecycle> lifecycle_;
   std::unique_ptr<DecodeMetricsListener> decode_listener_;  // Null when metrics are off.
+  std::unique_ptr<DecodeComputeTeams> decode_teams_;        // Over runner_'s compute budget.
   // Before the service, whose Decode streams use it: destroyed after the gRPC server and them.
   std::unique_ptr<decoding::DecodeRuntime> decode_runtime_;
   std::unique_ptr<AttentionService> service_;
