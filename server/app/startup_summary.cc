@@ -78,7 +78,8 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
                core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),
                EnvOr("GOMP_SPINCOUNT", "(unset)"));
   spdlog::info(
-      "threads: {} core(s) available; {} compute thread(s) shared by all batches (a batch under "
+      "threads: {} core(s) available; {} compute thread(s) shared by all batches and decoding "
+      "iterations (a batch under "
       "{} MFLOP uses one); {} batch thread(s) shared by all models; gRPC callback threads handle "
       "I/O and validation",
       AvailableCores(), options.runner.compute_threads, options.runner.parallel_min_mflop,
