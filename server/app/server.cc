@@ -15,10 +15,12 @@
 #include "core/onednn_support.h"
 #include "server/app/accept_guard.h"
 #include "server/app/certificate_monitor.h"
+#include "server/app/kv_cache_budget.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/tls_credentials.h"
 #include "server/batching/batching_options.h"
 #include "server/runtime/compute_budget.h"
+#include "server/runtime/memory_limit.h"
 #include "spdlog/spdlog.h"
 
 namespace attnserve::server {
@@ -230,10 +232,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   if (options.decoding.compute_threads == 0) {
     options.decoding.compute_threads = options.runner.compute_threads;
   }
+  const KvCacheBudget kv_budget =
+      ResolveKvCacheBudget(options.decoding.kv.budget_bytes, AvailableMemory());
+  options.decoding.kv.budget_bytes = kv_budget.bytes;
   options.model_limits.request.max_response_bytes = options.max_message_bytes;
   if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
+  server->kv_cache_budget_source_ = kv_budget.source;
 
   absl::StatusOr<std::unique_ptr<repository::ModelRepository>> repository =
       repository::ModelRepository::Open(options.repository);
@@ -264,9 +270,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   if (server->metrics_ != nullptr) {
     server->decode_listener_ = std::make_unique<DecodeMetricsListener>(&server->metrics_->decode());
   }
+  // Its passes take their threads from the batches' compute budget: together never more.
+  server->decode_teams_ = std::make_unique<DecodeComputeTeams>(&server->runner_->compute_budget());
   absl::StatusOr<std::unique_ptr<decoding::DecodeRuntime>> decode_runtime =
       decoding::DecodeRuntime::Create(options.decoding, batching::RealClock::Default(),
-                                      server->decode_listener_.get());
+                                      server->decode_listener_.get(), server->decode_teams_.get());
   if (!decode_runtime.ok()) return decode_runtime.status();
   server->decode_runtime_ = *std::move(decode_runtime);
   server->service_->EnableDecoding(server->decode_runtime_.get());

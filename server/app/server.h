@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "core/util/notification.h"
 #include "server/app/certificate_monitor.h"
+#include "server/app/decode_compute_teams.h"
 #include "server/app/decode_metrics_listener.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/server_options.h"
@@ -56,9 +57,11 @@ class Server {
   int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
   // The server's metrics; null when metrics are off.
   metrics::ServerMetrics* metrics() { return metrics_.get(); }
-  // The options in force: as given, with compute_threads, num_batch_threads and
-  // model_limits.request.max_response_bytes resolved.
+  // The options in force: as given, with compute_threads, num_batch_threads,
+  // decoding.kv.budget_bytes and model_limits.request.max_response_bytes resolved.
   const ServerOptions& options() const { return options_; }
+  // Where decoding.kv.budget_bytes came from (kv_cache_budget.h), for the startup summary.
+  const std::string& kv_cache_budget_source() const { return kv_cache_budget_source_; }
   const ModelRouter& router() const { return router_; }
   const ModelLifecycle& lifecycle() const { return *lifecycle_; }
   AttentionService& service() { return *service_; }
@@ -83,6 +86,7 @@ class Server {
   std::vector<metrics::ModelSnapshot> ModelSnapshots() const;
 
   ServerOptions options_;
+  std::string kv_cache_budget_source_;
   // First: everything below may record into it until destroyed.
   std::unique_ptr<metrics::ServerMetrics> metrics_;
   std::unique_ptr<BatchRunner> runner_;
@@ -91,6 +95,7 @@ class Server {
   ModelRouter router_;
   std::unique_ptr<ModelLifecycle> lifecycle_;
   std::unique_ptr<DecodeMetricsListener> decode_listener_;  // Null when metrics are off.
+  std::unique_ptr<DecodeComputeTeams> decode_teams_;        // Over runner_'s compute budget.
   // Before the service, whose Decode streams use it: destroyed after the gRPC server and them.
   std::unique_ptr<decoding::DecodeRuntime> decode_runtime_;
   std::unique_ptr<AttentionService> service_;

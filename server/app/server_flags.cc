@@ -177,8 +177,9 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
       ->capture_default_str();
   app.add_option("--kv-cache-budget-mb", flags.kv_cache_budget_mb,
                  "MiB of KV cache all decoding sessions together may hold (Decode); a step past "
-                 "it gets RESOURCE_EXHAUSTED. 256 MiB caches 32,768 tokens of d_model 512")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+                 "it gets RESOURCE_EXHAUSTED. 0 = 1/8 of the container's memory limit, or of RAM "
+                 "without one (256 MiB under 2 GiB: 32,768 tokens of d_model 512)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--decode-max-iteration-tokens",
                  flags.server.decoding.scheduling.max_iteration_tokens,

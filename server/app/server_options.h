@@ -78,11 +78,12 @@ struct ServerOptions {
   int64_t malloc_trim_interval_ms = 10000;
   // A connection that has not finished its HTTP/2 (and TLS) handshake in this long is closed.
   int64_t handshake_timeout_ms = 10000;
-  // Decoding sessions (attnserve.v1 Decode): the KV cache budget (kv.budget_bytes, a fixed
-  // 256 MiB by default: 32,768 cached tokens of d_model 512, an eighth of the 2 GiB the
-  // deployment gives the container), iteration sizes and the idle timeout (decode_types.h).
-  // compute_threads 0 is resolved to runner.compute_threads.
-  decoding::DecodeRuntimeOptions decoding = {};
+  // Decoding sessions (attnserve.v1 Decode): the KV cache budget, iteration sizes and the idle
+  // timeout (decode_types.h). kv.budget_bytes 0 (the default) is derived from the memory limit
+  // (kv_cache_budget.h: an eighth of the container's limit or of RAM; 256 MiB = 32,768 cached
+  // tokens of d_model 512 under the deployment's 2 GiB). compute_threads 0 is resolved to
+  // runner.compute_threads.
+  decoding::DecodeRuntimeOptions decoding = {.kv = {.budget_bytes = 0}};
 };
 
 }  // namespace attnserve::server

@@ -78,19 +78,20 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
                core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),
                EnvOr("GOMP_SPINCOUNT", "(unset)"));
   spdlog::info(
-      "threads: {} core(s) available; {} compute thread(s) shared by all batches (a batch under "
+      "threads: {} core(s) available; {} compute thread(s) shared by all batches and decoding "
+      "iterations (a batch under "
       "{} MFLOP uses one); {} batch thread(s) shared by all models; gRPC callback threads handle "
       "I/O and validation",
       AvailableCores(), options.runner.compute_threads, options.runner.parallel_min_mflop,
       options.num_batch_threads);
   const decoding::DecodeRuntimeOptions& decoding = options.decoding;
   spdlog::info(
-      "decoding sessions (Decode): KV cache budget {} MiB, at most {} tokens per iteration, "
-      "prefill chunks of {} tokens, idle sessions closed after {} s (0 = never), at most {} "
-      "sessions",
-      decoding.kv.budget_bytes >> 20, decoding.scheduling.max_iteration_tokens,
-      decoding.scheduling.prefill_chunk_tokens, decoding.idle_timeout_us / 1000000,
-      decoding.max_sessions);
+      "decoding sessions (Decode): KV cache budget {} MiB ({}), at most {} tokens per "
+      "iteration, prefill chunks of {} tokens, idle sessions closed after {} s (0 = never), at "
+      "most {} sessions",
+      decoding.kv.budget_bytes >> 20, server.kv_cache_budget_source(),
+      decoding.scheduling.max_iteration_tokens, decoding.scheduling.prefill_chunk_tokens,
+      decoding.idle_timeout_us / 1000000, decoding.max_sessions);
   if (options.model_poll_interval_ms > 0) {
     spdlog::info("watching the repository every {} ms for model changes",
                  options.model_poll_interval_ms);

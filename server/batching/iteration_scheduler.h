@@ -42,8 +42,8 @@ struct IterationSchedulerOptions {
   int64_t max_iteration_tokens = 512;
   // The most prefill tokens one key contributes to one iteration. 1 <= it <= max_iteration_tokens.
   // A long prompt is cut into chunks of this size, one per iteration, so the decode steps of the
-  // other sessions are delayed by at most one chunk's compute. (Defaults not yet measured: chosen
-  // so that a chunk of d_model 512 is a few milliseconds of one core.)
+  // other sessions are delayed by a chunk's compute per iteration. The defaults (256 / 512) were
+  // measured against 64, 128 and 512 (docs/PERFORMANCE.md, BM_PromptDuringDecode).
   int64_t prefill_chunk_tokens = 256;
 };
 

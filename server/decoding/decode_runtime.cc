@@ -50,20 +50,21 @@ absl::Status ValidateDecodeRuntimeOptions(const DecodeRuntimeOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<DecodeRuntime>> DecodeRuntime::Create(
-    const DecodeRuntimeOptions& options, batching::Clock* clock, DecodeListener* listener) {
+    const DecodeRuntimeOptions& options, batching::Clock* clock, DecodeListener* listener,
+    ComputeTeams* teams) {
   if (absl::Status s = ValidateDecodeRuntimeOptions(options); !s.ok()) return s;
-  std::unique_ptr<DecodeRuntime> runtime(new DecodeRuntime(options, clock, listener));
+  std::unique_ptr<DecodeRuntime> runtime(new DecodeRuntime(options, clock, listener, teams));
   runtime->thread_ = std::thread([r = runtime.get()] { r->Loop(); });
   return runtime;
 }
 
 DecodeRuntime::DecodeRuntime(const DecodeRuntimeOptions& options, batching::Clock* clock,
-                             DecodeListener* listener)
+                             DecodeListener* listener, ComputeTeams* teams)
     : options_(options),
       clock_(clock),
       listener_(listener),
       budget_(options.kv),
-      runner_(&budget_, options.compute_threads, clock, listener),
+      runner_(&budget_, options.compute_threads, clock, listener, teams),
       scheduler_(options.scheduling) {}
 
 DecodeRuntime::~DecodeRuntime() { Drain(); }

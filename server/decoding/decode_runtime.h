@@ -47,11 +47,13 @@ namespace attnserve::decoding {
 class DecodeRuntime {
  public:
   // Starts the loop thread. InvalidArgument for bad options (ValidateDecodeRuntimeOptions).
-  // `clock` (times idle sessions and step latency) and `listener` (may be null) are not owned
-  // and must outlive the runtime.
+  // `clock` (times idle sessions and step latency), `listener` and `teams` (each may be null)
+  // are not owned and must outlive the runtime. With `teams`, every forward pass takes its
+  // threads from it (the server's compute budget); without, it runs on
+  // options.compute_threads of its own.
   static absl::StatusOr<std::unique_ptr<DecodeRuntime>> Create(
       const DecodeRuntimeOptions& options, batching::Clock* clock = batching::RealClock::Default(),
-      DecodeListener* listener = nullptr);
+      DecodeListener* listener = nullptr, ComputeTeams* teams = nullptr);
   // Drains (see Drain).
   ~DecodeRuntime();
   DecodeRuntime(const DecodeRuntime&) = delete;
@@ -95,7 +97,7 @@ class DecodeRuntime {
 
  private:
   DecodeRuntime(const DecodeRuntimeOptions& options, batching::Clock* clock,
-                DecodeListener* listener);
+                DecodeListener* listener, ComputeTeams* teams);
   void Loop();
   // Whether the loop has something to do now.
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

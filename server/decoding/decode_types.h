@@ -84,8 +84,23 @@ struct DecodeRuntimeOptions {
   // alone would not bound them). >= 1.
   int64_t max_sessions = 4096;
   // OpenMP threads of the forward passes (core::ExecutorOptions::compute_threads); 0 = the
-  // calling thread's default.
+  // calling thread's default. With ComputeTeams (DecodeRuntime::Create), the most threads a pass
+  // asks for (0 = as many as the teams have); a pass runs on what it is granted.
   int compute_threads = 0;
+};
+
+// Lends compute threads to the decoding loop's forward passes. The server passes its one
+// compute budget (server/runtime/compute_budget.h), which the Attend batch threads share, so
+// decoding and batched work together never run more threads than the budget has. A pass holds
+// its team only while it computes. Implementations must be thread-safe.
+class ComputeTeams {
+ public:
+  virtual ~ComputeTeams() = default;
+  // Blocks until a thread is free; then takes between 1 and `wanted` (>= 1) threads and returns
+  // how many. Cannot fail.
+  virtual int Acquire(int wanted) = 0;
+  // Gives back `granted` threads taken by Acquire.
+  virtual void Release(int granted) = 0;
 };
 
 // OK, or InvalidArgument naming the first bad field, what it expects and what it got.

@@ -1,6 +1,7 @@
 #include "server/decoding/iteration_runner.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -17,11 +18,32 @@ absl::Status WithSession(SessionId id, const absl::Status& status) {
 }  // namespace
 
 IterationRunner::IterationRunner(KvBudget* budget, int compute_threads, batching::Clock* clock,
-                                 DecodeListener* listener)
+                                 DecodeListener* listener, ComputeTeams* teams)
     : budget_(budget),
       clock_(clock),
       listener_(listener),
-      executor_(core::ExecutorOptions{.compute_threads = compute_threads}) {}
+      teams_(teams),
+      compute_threads_(compute_threads) {}
+
+IterationRunner::Team::Team(IterationRunner& runner)
+    : teams_(runner.teams_),
+      threads_(teams_ == nullptr ? runner.compute_threads_
+                                 : teams_->Acquire(runner.compute_threads_ > 0
+                                                       ? runner.compute_threads_
+                                                       : std::numeric_limits<int>::max())) {
+  std::vector<std::unique_ptr<core::CachedAttentionExecutor>>& executors = runner.executors_;
+  if (executors.size() <= static_cast<size_t>(threads_)) executors.resize(threads_ + 1);
+  std::unique_ptr<core::CachedAttentionExecutor>& executor = executors[threads_];
+  if (executor == nullptr) {
+    executor = std::make_unique<core::CachedAttentionExecutor>(
+        core::ExecutorOptions{.compute_threads = threads_});
+  }
+  executor_ = executor.get();
+}
+
+IterationRunner::Team::~Team() {
+  if (teams_ != nullptr) teams_->Release(threads_);
+}
 
 std::vector<absl::Status> IterationRunner::Load(std::span<Session* const> sessions) {
   std::vector<absl::Status> statuses(sessions.size());
@@ -81,8 +103,9 @@ absl::Status IterationRunner::LoadTogether(std::span<Session* const> sessions) {
     caches.push_back(&s->cache);
   }
   const Session& first = *sessions.front();
-  return executor_.LoadMemory(*first.model->layer, *first.pool, core::RaggedBatch{memory, offsets},
-                              caches);
+  Team team(*this);
+  return team.executor().LoadMemory(*first.model->layer, *first.pool,
+                                    core::RaggedBatch{memory, offsets}, caches);
 }
 
 absl::Status IterationRunner::Validate(const StepScheduler::Slice& slice, int64_t* pending_bytes) {
@@ -125,8 +148,11 @@ absl::Status IterationRunner::Forward(std::span<StepScheduler::Slice* const> sli
                                        .caches = caches,
                                        .cross_attention = first.cross,
                                        .mask = {.causal = !first.cross}};
-  absl::Status status =
-      executor_.Forward(*first.model->layer, *first.pool, in, {.output = output_});
+  absl::Status status;
+  {
+    Team team(*this);
+    status = team.executor().Forward(*first.model->layer, *first.pool, in, {.output = output_});
+  }
   if (!status.ok()) return status;
   for (size_t i = 0; i < slices.size(); ++i) {
     StepItem& item = *slices[i]->item;

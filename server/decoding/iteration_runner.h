@@ -33,9 +33,11 @@ namespace attnserve::decoding {
 
 class IterationRunner {
  public:
-  // `listener` may be null.
+  // `listener` and `teams` may be null. With `teams`, every forward pass and memory load runs on
+  // a team acquired from it (up to compute_threads threads; 0 = all it has) and released after;
+  // without, on compute_threads OpenMP threads (0 = the default).
   IterationRunner(KvBudget* budget, int compute_threads, batching::Clock* clock,
-                  DecodeListener* listener);
+                  DecodeListener* listener, ComputeTeams* teams = nullptr);
   IterationRunner(const IterationRunner&) = delete;
   IterationRunner& operator=(const IterationRunner&) = delete;
 
@@ -63,10 +65,29 @@ class IterationRunner {
   absl::Status LoadTogether(std::span<Session* const> sessions);
   void Answer(StepItem& item, absl::StatusOr<std::vector<float>> result);
 
+  // Holds a team for one pass; `executor` computes on exactly its threads.
+  class Team {
+   public:
+    explicit Team(IterationRunner& runner);
+    ~Team();
+    Team(const Team&) = delete;
+    Team& operator=(const Team&) = delete;
+    core::CachedAttentionExecutor& executor() { return *executor_; }
+
+   private:
+    ComputeTeams* const teams_;
+    const int threads_;
+    core::CachedAttentionExecutor* executor_;
+  };
+
   KvBudget* const budget_;
   batching::Clock* const clock_;
   DecodeListener* const listener_;
-  core::CachedAttentionExecutor executor_;
+  ComputeTeams* const teams_;
+  const int compute_threads_;
+  // One executor per team size (oneDNN's primitives are made for a thread count); index 0 is
+  // compute_threads 0 (the default), used without teams.
+  std::vector<std::unique_ptr<core::CachedAttentionExecutor>> executors_;
   // Scratch of one forward pass, reused.
   std::vector<float> query_, output_;
   std::vector<absl::Status> statuses_;  // Of the last Run, for AnswerAll.

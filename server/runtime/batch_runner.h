@@ -70,6 +70,9 @@ class BatchRunner {
   const BatchRunnerOptions& options() const { return options_; }
   // The compute threads shared by all batches (options.compute_threads resolved).
   int compute_threads() const { return budget_.threads(); }
+  // The compute budget itself, for other compute of the server to share (the decoding loop's
+  // passes), so that together they never run more threads than it has.
+  ComputeBudget& compute_budget() { return budget_; }
 
  private:
   // Runs `tasks` (enqueued at `enqueue_us`) as one forward pass. On success finishes every task

@@ -6,8 +6,19 @@
 // Wall time (UseRealTime): the loop thread computes, the benchmark thread only appends and waits.
 // Counter: tokens/s (items). The sessions' caches grow by one token per iteration; the fixed
 // iteration count keeps that growth small (128 -> 128 + 20 + warm-up).
+//   BM_PromptDuringDecode/C  the same 64 sessions step round after round (one-row steps, each
+//     round waits for its 64 answers) while a 65th session's 2048-token prompt arrives, cut into
+//     chunks of C rows (prefill_chunk_tokens C, max_iteration_tokens 2C: every waiting step plus
+//     one chunk per iteration). Counters, in ms: the steps' p50/p99 latency (Append to answer)
+//     in the rounds that started while the prompt was computing (step_p50_ms, step_p99_ms) and
+//     in the rounds before it (idle_p50_ms, idle_p99_ms), and the prompt's completion time
+//     (prompt_ms); each benchmark iteration is one fresh run of the scenario, samples pooled.
+//     What picks the scheduler's defaults (docs/PERFORMANCE.md).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -129,6 +140,142 @@ BENCHMARK(BM_RuntimeDecode)
     ->Arg(1)
     ->Arg(0)
     ->Iterations(20)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+using SteadyClock = std::chrono::steady_clock;
+
+double Millis(SteadyClock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// The q-quantile (0..1) of `v` (sorted in place); 0 when empty.
+double Quantile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+// Compute time of iterations with a prefill chunk and of those without, in ms, while recording
+// (the rounds; not the sessions' own prefill before them).
+class IterationTimes : public decoding::DecodeListener {
+ public:
+  void OnIteration(const decoding::IterationReport& report) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!recording) return;
+    (report.prefill_tokens > 0 ? with_chunk : without_chunk)
+        .push_back(static_cast<double>(report.compute_us) / 1000.0);
+  }
+  void Record(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording = on;
+  }
+  std::mutex mu_;
+  bool recording = false;
+  std::vector<double> with_chunk, without_chunk;
+};
+
+constexpr int64_t kPrompt = 2048;
+constexpr int kRoundsBefore = 10;  // Rounds without the prompt (the idle latency).
+
+// One run of the scenario: sessions prefilled to kContext, kRoundsBefore rounds, then the
+// prompt arrives and rounds go on until it is answered. Appends each round's step latencies to
+// *idle or *during; returns the prompt's completion time in ms (< 0: a failure).
+double PromptDuringDecode(int64_t chunk, const std::shared_ptr<const model::Model>& model,
+                          std::vector<double>* idle, std::vector<double>* during,
+                          IterationTimes* times) {
+  decoding::DecodeRuntimeOptions options;
+  options.compute_threads = 2;
+  options.idle_timeout_us = 0;
+  options.scheduling = {.max_iteration_tokens = 2 * chunk, .prefill_chunk_tokens = chunk};
+  auto rt = decoding::DecodeRuntime::Create(options, batching::RealClock::Default(), times);
+  if (!rt.ok()) return -1;
+  std::vector<decoding::SessionId> ids;
+  for (int64_t i = 0; i <= kSessions; ++i) {  // The last one gets the prompt.
+    auto id = (*rt)->Open({.model = model}, nullptr);
+    if (!id.ok()) return -1;
+    ids.push_back(*id);
+  }
+  const decoding::SessionId prompt_session = ids.back();
+  ids.pop_back();
+  const std::vector<float> rows = Random(kPrompt * kD, 3);
+  Countdown countdown;
+  if (!StepAll(**rt, ids, rows, kContext, countdown)) return -1;
+  times->Record(true);
+
+  std::atomic<bool> prompt_done{false};
+  std::atomic<bool> prompt_ok{false};
+  SteadyClock::time_point prompt_start, prompt_end;
+  std::vector<SteadyClock::time_point> answered(ids.size());
+  for (int round = 0; round < 100000; ++round) {
+    const bool overlaps = round >= kRoundsBefore && !prompt_done.load();
+    if (round == kRoundsBefore) {
+      prompt_start = SteadyClock::now();
+      decoding::StepRequest prompt{.session = prompt_session,
+                                   .rows = rows,
+                                   .done = [&](absl::StatusOr<std::vector<float>> r) {
+                                     prompt_end = SteadyClock::now();
+                                     prompt_ok = r.ok();
+                                     prompt_done = true;
+                                   }};
+      if (!(*rt)->Append(&prompt).ok()) return -1;
+    } else if (round > kRoundsBefore && !overlaps) {
+      break;
+    }
+    countdown.Reset(static_cast<int64_t>(ids.size()));
+    const SteadyClock::time_point start = SteadyClock::now();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      decoding::StepRequest request{.session = ids[i],
+                                    .rows = std::vector<float>(rows.begin(), rows.begin() + kD),
+                                    .done = [&, i](absl::StatusOr<std::vector<float>> r) {
+                                      answered[i] = SteadyClock::now();
+                                      countdown.Done(r.ok());
+                                    }};
+      if (!(*rt)->Append(&request).ok()) countdown.Done(false);
+    }
+    if (!countdown.Wait()) return -1;
+    for (const SteadyClock::time_point& t : answered) {
+      (overlaps ? during : idle)->push_back(Millis(t - start));
+    }
+  }
+  times->Record(false);
+  return prompt_done && prompt_ok ? Millis(prompt_end - prompt_start) : -1;
+}
+
+void BM_PromptDuringDecode(benchmark::State& state) {
+  const int64_t chunk = state.range(0);
+  const auto model = Model();
+  if (model == nullptr) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  std::vector<double> idle, during, prompt_ms;
+  IterationTimes times;
+  for (auto _ : state) {
+    const double ms = PromptDuringDecode(chunk, model, &idle, &during, &times);
+    if (ms < 0) {
+      state.SkipWithError("scenario failed");
+      return;
+    }
+    prompt_ms.push_back(ms);
+  }
+  state.counters["idle_p50_ms"] = Quantile(idle, 0.5);
+  state.counters["idle_p99_ms"] = Quantile(idle, 0.99);
+  state.counters["step_p50_ms"] = Quantile(during, 0.5);
+  state.counters["step_p99_ms"] = Quantile(during, 0.99);
+  state.counters["prompt_ms"] = Quantile(prompt_ms, 0.5);
+  state.counters["steps_during"] = static_cast<double>(during.size());
+  // Median compute of an iteration carrying a chunk (and the steps waiting then), and of one
+  // without: their difference is what one chunk costs the steps.
+  state.counters["chunk_iter_ms"] = Quantile(times.with_chunk, 0.5);
+  state.counters["step_iter_ms"] = Quantile(times.without_chunk, 0.5);
+}
+BENCHMARK(BM_PromptDuringDecode)
+    ->Arg(64)
+    ->Arg(128)
+    ->Arg(256)
+    ->Arg(512)
+    ->Iterations(3)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

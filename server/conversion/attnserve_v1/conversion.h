@@ -12,8 +12,11 @@
 #define ATTNSERVE_SERVER_CONVERSION_ATTNSERVE_V1_CONVERSION_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,6 +57,15 @@ absl::Status FillAttendResponse(const AttendWork& work, const AttendResult& resu
 // `is_default`: whether it answers requests with model "". Cannot fail.
 void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is_default,
                    v1::ModelInfo* info);
+
+// Decoding sessions open per model version, keyed (model name, version)
+// (decoding::DecodeRuntime::SessionsPerVersion).
+using SessionsPerVersion = std::map<std::pair<std::string, int64_t>, int64_t>;
+
+// Sets info->decode_sessions to the sessions on info's version, and info->retired_versions to
+// every other version of info's model that sessions still hold (versions with none are left
+// out), oldest first. Reads name and version from `info` (FillModelInfo first). Cannot fail.
+void FillDecodeSessions(const SessionsPerVersion& sessions, v1::ModelInfo* info);
 
 // An AttendStream answer for a message that failed: `response` is cleared, then holds the model
 // and request_id the request named and `error` with ToGrpcStatus(status)'s code and message.

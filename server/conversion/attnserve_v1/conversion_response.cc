@@ -199,6 +199,23 @@ void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is
   info->set_is_default(is_default);
 }
 
+void FillDecodeSessions(const SessionsPerVersion& sessions, v1::ModelInfo* info) {
+  info->set_decode_sessions(0);
+  info->clear_retired_versions();
+  // The map is ordered by (name, version): this model's versions are adjacent, oldest first.
+  for (auto it = sessions.lower_bound({info->name(), std::numeric_limits<int64_t>::min()});
+       it != sessions.end() && it->first.first == info->name(); ++it) {
+    const auto& [key, count] = *it;
+    if (key.second == info->version()) {
+      info->set_decode_sessions(count);
+    } else if (count > 0) {
+      v1::RetiredVersion* retired = info->add_retired_versions();
+      retired->set_version(key.second);
+      retired->set_decode_sessions(count);
+    }
+  }
+}
+
 void FillErrorResponse(std::string_view model, std::string_view request_id,
                        const absl::Status& status, v1::AttendResponse* response) {
   response->Clear();

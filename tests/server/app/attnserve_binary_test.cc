@@ -27,6 +27,7 @@
 namespace attnserve::testing {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -160,6 +161,21 @@ TEST_F(AttnserveBinaryTest, StartupSummaryDescribesTheDemoModelAndTheMachine) {
   EXPECT_THAT(output, HasSubstr("1 model(s) serving: no repository folder"));
   EXPECT_THAT(output, HasSubstr("; the embedded demo model"));
   EXPECT_THAT(output, HasSubstr("batch thread(s) shared by all models"));
+  // The KV-cache budget, derived from this machine, and where it came from.
+  ASSERT_TRUE(server->WaitForLine("decoding sessions (Decode):", kStartTimeout).has_value());
+  EXPECT_THAT(server->Output(),
+              ContainsRegex("KV cache budget [0-9]+ MiB \\(1/8 of (cgroup v2 memory.max|cgroup v1 "
+                            "memory.limit_in_bytes|physical RAM) \\([0-9]+ MiB\\)\\)"));
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
+}
+
+TEST_F(AttnserveBinaryTest, StartupSummarySaysAGivenKvCacheBudgetWasGiven) {
+  std::unique_ptr<ChildProcess> server = StartServer({"--kv-cache-budget-mb", "64"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitForLine("decoding sessions (Decode):", kStartTimeout).has_value())
+      << server->Output();
+  EXPECT_THAT(server->Output(), HasSubstr("KV cache budget 64 MiB (--kv-cache-budget-mb)"));
   server->Signal(SIGTERM);
   EXPECT_EQ(server->Wait(absl::Seconds(60)), 0) << server->Output();
 }

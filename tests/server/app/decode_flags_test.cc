@@ -26,7 +26,7 @@ server::ServerFlags Parse(std::vector<std::string> args) {
 TEST(DecodeFlagsTest, DefaultsAreTheRuntimeDefaults) {
   const server::ServerFlags flags = Parse({});
   const decoding::DecodeRuntimeOptions& decoding = flags.server.decoding;
-  EXPECT_EQ(decoding.kv.budget_bytes, int64_t{256} << 20);
+  EXPECT_EQ(decoding.kv.budget_bytes, 0);  // Derived from the memory limit (kv_cache_budget.h).
   EXPECT_EQ(decoding.scheduling.max_iteration_tokens, 512);
   EXPECT_EQ(decoding.scheduling.prefill_chunk_tokens, 256);
   EXPECT_EQ(decoding.idle_timeout_us, int64_t{60} * 1000 * 1000);
@@ -48,7 +48,7 @@ TEST(DecodeFlagsTest, FlagsAndEnvironmentSetTheRuntimeOptions) {
 }
 
 TEST(DecodeFlagsTest, OutOfRangeValuesAreRefused) {
-  EXPECT_THROW(Parse({"--kv-cache-budget-mb", "0"}), CLI::ValidationError);
+  EXPECT_THROW(Parse({"--kv-cache-budget-mb", "-1"}), CLI::ValidationError);
   EXPECT_THROW(Parse({"--decode-idle-timeout-s", "-1"}), CLI::ValidationError);
   EXPECT_THROW(Parse({"--decode-max-sessions", "0"}), CLI::ValidationError);
 }

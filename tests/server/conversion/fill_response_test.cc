@@ -234,7 +234,7 @@ TEST(FillAttendResponseTest, MismatchedResultIsInternalAndLeavesResponseAlone) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// FillModelInfo and ToGrpcStatus.
+// FillModelInfo, FillDecodeSessions and ToGrpcStatus.
 
 TEST(FillModelInfoTest, DescribesModelAndLimits) {
   const server::ModelLimits limits{
@@ -265,6 +265,23 @@ TEST(FillModelInfoTest, DescribesModelAndLimits) {
   EXPECT_TRUE(info.is_default());
   server::FillModelInfo(*TinyModel(), limits, /*is_default=*/false, &info);
   EXPECT_FALSE(info.is_default());
+}
+
+TEST(FillModelInfoTest, DecodeSessionsOfTheServingAndOfRetiredVersions) {
+  v1::ModelInfo info;
+  server::FillModelInfo(*TinyModel(), {}, false, &info);  // "tiny" version 3 serves.
+  // After two reloads, sessions still hold versions 1 and 3; version 2's ended.
+  server::FillDecodeSessions(
+      {{{"other", 1}, 5}, {{"tiny", 1}, 2}, {{"tiny", 2}, 0}, {{"tiny", 3}, 4}, {{"tinyx", 1}, 7}},
+      &info);
+  EXPECT_EQ(info.decode_sessions(), 4);
+  ASSERT_EQ(info.retired_versions_size(), 1);
+  EXPECT_EQ(info.retired_versions(0).version(), 1);
+  EXPECT_EQ(info.retired_versions(0).decode_sessions(), 2);
+  // Every session ended: nothing retired is listed any more.
+  server::FillDecodeSessions({{{"other", 1}, 5}}, &info);
+  EXPECT_EQ(info.decode_sessions(), 0);
+  EXPECT_EQ(info.retired_versions_size(), 0);
 }
 
 TEST(FillModelInfoTest, SingleHeadVariantName) {
