@@ -37,9 +37,7 @@ class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 // Adds to `info` the decoding sessions its version still holds.
 void AddDecodeSessions(const decoding::DecodeRuntime* runtime, v1::ModelInfo* info) {
   if (runtime == nullptr) return;
-  const auto sessions = runtime->SessionsPerVersion();
-  const auto it = sessions.find({info->name(), info->version()});
-  info->set_decode_sessions(it == sessions.end() ? 0 : it->second);
+  FillDecodeSessions(runtime->SessionsPerVersion(), info);
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/attention_weights.h"
+#include "core/model/model_writer.h"
+#include "core/model/weight_naming.h"
 #include "server/decoding/decode_runtime.h"
 #include "tests/server/metrics/exposition.h"
 #include "tests/server/service/server_test_support.h"
@@ -409,6 +412,60 @@ TEST_F(DecodeTest, DrainAnswersAcceptedStepsThenEndsTheStreamUnavailable) {
   shutdown.join();
   EXPECT_EQ(runtime().Stats().sessions_open, 0);
   EXPECT_EQ(runtime().Stats().kv_bytes_used, 0);
+}
+
+TEST_F(DecodeTest, ASessionKeepsItsVersionAcrossAReloadAndModelInfoListsThatVersion) {
+  server::ServerOptions options = TestServerOptions();
+  options.model_poll_interval_ms = 20;
+  StartServer(options);
+  const int64_t d = kSmallWidth;
+  const std::vector<float> rows = TestValues(4 * d, 21);
+  const std::shared_ptr<const core::AttentionLayer> first = Layer(kSmallModel);
+  DecodeStream a(stub());
+  v1::DecodeRequest open;
+  AddOpen(&open, "s", kSmallModel);
+  AddStep(&open, "s", Slice(rows, d, 0, 3), d);
+  ASSERT_FALSE(a.Call(open).steps(0).has_error());
+
+  model::ModelConfig config;
+  config.attention = {.d_model = d,
+                      .num_heads = kSmallHeads,
+                      .variant = core::AttentionVariant::kMultiHead,
+                      .bias = true};
+  ASSERT_TRUE(model::WriteModelFolder(repository() / kSmallModel, config,
+                                      core::MakeRandomWeights(config.attention, 999),
+                                      model::WeightNaming::kSeed, model::TensorDtype::kF32)
+                  .ok());
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (server().router().Route(kSmallModel)->model->version != 2) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up);
+    std::this_thread::yield();
+  }
+  const auto model_info = [&] {
+    v1::GetModelRequest get;
+    get.set_name(kSmallModel);
+    v1::ModelInfo info;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub().GetModel(&context, get, &info).ok());
+    return info;
+  };
+  v1::ModelInfo info = model_info();
+  EXPECT_EQ(info.version(), 2);
+  EXPECT_EQ(info.decode_sessions(), 0);
+  ASSERT_EQ(info.retired_versions_size(), 1);
+  EXPECT_EQ(info.retired_versions(0).version(), 1);
+  EXPECT_EQ(info.retired_versions(0).decode_sessions(), 1);
+
+  // The session's step still computes with version 1, whose cache it holds.
+  v1::DecodeRequest step;
+  AddStep(&step, "s", Slice(rows, d, 3, 1), d);
+  v1::DecodeClose* close = step.add_closes();
+  close->set_session("s");
+  const std::vector<float> full = CoreCompute(*first, {.query = rows, .causal = true}).output;
+  EXPECT_TRUE(Near(StepOutput(a.Call(step), 0), Slice(full, d, 3, 1)));
+  ASSERT_TRUE(AllFreed(1));
+  EXPECT_EQ(model_info().retired_versions_size(), 0);  // Version 1 left with its last session.
+  EXPECT_TRUE(a.Close().ok());
 }
 
 }  // namespace
