@@ -8,11 +8,16 @@
 //      fit under max_iteration_tokens);
 //   2. then prefill: keys whose head item has more than one token left get one chunk each, of
 //      at most prefill_chunk_tokens (and what is left of the budget), round robin over the
-//      prefilling keys starting after the last key that got a chunk, until the budget is spent.
+//      prefilling keys starting after the last key that got a chunk, until the budget is spent —
+//      except in an iteration that has decode steps right after one that had prefill chunks:
+//      that one is decode only.
 // So a key contributes at most one slice per iteration, a key's items run in order (an item is
-// finished before the next one of its key starts), a long prompt delays the decode steps of
-// other keys by at most one chunk per iteration, and no prefilling key waits for more than one
-// round of the others.
+// finished before the next one of its key starts), and no prefilling key waits for more than one
+// round of the others. The decode-only rule bounds what prompts add to a step's latency by one
+// chunk's compute: a step that arrives while chunks compute waits for them, then its own
+// iteration carries none (without the rule it would carry the next chunks too, two in all).
+// Prompts lose little: a decode-only iteration is short, and with no step waiting chunks run in
+// every iteration.
 //
 // Item requirements: `int64_t tokens() const;` >= 1, constant while queued.
 //
@@ -114,9 +119,12 @@ class IterationScheduler {
       }
       return true;
     });
-    // Prefill chunks, round robin from after prefill_next_, for keys not served above.
+    // Prefill chunks, round robin from after prefill_next_, for keys not served above; none
+    // right after an iteration with chunks when steps are waiting (the file comment says why).
+    const bool decode_only = last_had_prefill_ && !slices.empty();
+    last_had_prefill_ = false;
     ForEachFrom(prefill_next_, [&](uint64_t key, KeyQueue& queue) {
-      if (budget == 0) return false;
+      if (budget == 0 || decode_only) return false;
       if (queue.served_in == iteration_ || queue.items.empty()) return true;
       const int64_t remaining = Remaining(queue.items.front());
       if (remaining > 1) {
@@ -124,6 +132,7 @@ class IterationScheduler {
         slices.push_back(Take(key, queue, count));
         budget -= count;
         prefill_next_ = key;
+        last_had_prefill_ = true;
       }
       return true;
     });
@@ -207,6 +216,7 @@ class IterationScheduler {
   uint64_t iteration_ = 0;                // NextIteration calls so far.
   uint64_t decode_next_ = ~uint64_t{0};   // The last key given a decode slice.
   uint64_t prefill_next_ = ~uint64_t{0};  // The last key given a prefill chunk.
+  bool last_had_prefill_ = false;         // The last iteration handed out a prefill chunk.
 };
 
 }  // namespace attnserve::batching

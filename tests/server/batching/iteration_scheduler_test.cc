@@ -39,6 +39,8 @@ TEST(IterationSchedulerOptionsTest, RejectsBadValuesNamingTheField) {
 }
 
 TEST(IterationSchedulerTest, LongPromptIsChunkedWhileDecodeStepsRunEveryIteration) {
+  // Steps wait in every iteration, so chunks alternate with decode-only iterations: a step that
+  // waited through a chunk is not delayed by another one.
   Scheduler scheduler({.max_iteration_tokens = 80, .prefill_chunk_tokens = 64});
   Add(scheduler, 7, 200, 0);  // A long prompt.
   int next_id = 1;
@@ -65,11 +67,34 @@ TEST(IterationSchedulerTest, LongPromptIsChunkedWhileDecodeStepsRunEveryIteratio
     }
     EXPECT_EQ(decode_keys, (std::set<uint64_t>{1, 2, 3})) << "iteration " << iterations;
     EXPECT_LE(tokens, 80);
+    EXPECT_EQ(tokens > 3, iterations % 2 == 1) << "iteration " << iterations;
     if (prefilled == 200) break;
   }
   EXPECT_EQ(prefilled, 200);
-  EXPECT_EQ(iterations, 4);  // 64 + 64 + 64 + 8.
+  EXPECT_EQ(iterations, 7);  // 64, -, 64, -, 64, -, 8.
   EXPECT_TRUE(scheduler.empty());
+}
+
+TEST(IterationSchedulerTest, ChunksRunInEveryIterationWhileNoStepWaits) {
+  // One client's pattern: its steps arrive only after their answers, i.e. between iterations.
+  Scheduler scheduler({.max_iteration_tokens = 80, .prefill_chunk_tokens = 64});
+  Add(scheduler, 7, 200, 0);
+  std::vector<int64_t> prompt_tokens;
+  std::vector<size_t> steps;
+  for (int i = 0; i < 5 && !scheduler.empty(); ++i) {
+    if (i == 1) Add(scheduler, 1, 1, 1);  // A step waits for the second iteration only.
+    int64_t prompt = 0;
+    size_t decode = 0;
+    for (const auto& slice : scheduler.NextIteration()) {
+      if (slice.key == 7) prompt += slice.count;
+      decode += slice.decode();
+    }
+    prompt_tokens.push_back(prompt);
+    steps.push_back(decode);
+  }
+  // The step after a chunk iteration runs alone; chunks go on as soon as no step waits.
+  EXPECT_EQ(prompt_tokens, (std::vector<int64_t>{64, 0, 64, 64, 8}));
+  EXPECT_EQ(steps, (std::vector<size_t>{0, 1, 0, 0, 0}));
 }
 
 TEST(IterationSchedulerTest, PrefillIsRoundRobinAndOneSlicePerKey) {
