@@ -243,7 +243,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string ghz_shape;
   std::string ghz_out;
   CLI::App* ghz = app.add_subcommand(
-      "ghz-data", "print ghz call data (JSON) for attnserve.v1.AttentionService/Attend");
+      "ghz-data",
+      "print ghz call data (JSON) for attnserve.v1.AttentionService/Attend (or Decode)");
   ghz->add_option("--model", ghz_options.model, "model (default: the server's default)");
   ghz->add_option("--shape", ghz_shape, "input shape T,D (or B,T,D)")->required();
   ghz->add_option("--count", ghz_options.count, "1: one object; N > 1: an array of N")
@@ -254,6 +255,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   ghz->add_flag("--raw-output", ghz_options.raw_output, "ask for raw output (smaller answers)");
   ghz->add_flag("--pretty", ghz_options.pretty, "indent the JSON");
   ghz->add_option("--out", ghz_out, "write to this file instead of stdout");
+  ghz->add_option("--decode-sessions", ghz_options.decode_sessions,
+                  "Decode mode: the messages of one Decode stream (an array): open K sessions "
+                  "and prefill each with --shape C,D rows, --decode-steps one-row steps for "
+                  "all, then close them");
+  ghz->add_option("--decode-steps", ghz_options.decode_steps,
+                  "Decode mode: step messages per stream")
+      ->capture_default_str();
 
   try {
     // CLI11 takes the arguments last first.
