@@ -118,9 +118,19 @@ class DecodeStream {
   // Sends and blocks until the answer: the answer, or the send's or the message's error.
   absl::StatusOr<DecodeAnswer> Send(const DecodeMessage& message);
 
-  // One-item conveniences over Send: the item's own result (or the message's error).
+  // One-item conveniences over Send, each blocking for its answer: the item's own result, or
+  // the message's error. The server's item errors (the same in DecodeAnswer):
+  // Open: InvalidArgument (empty or duplicate session name, bad memory), NotFound (unknown model),
+  // FailedPrecondition (expected_version not served), ResourceExhausted (too many sessions, or
+  // the memory does not fit the KV cache budget).
   absl::StatusOr<DecodeOpened> Open(const DecodeOpen& open);
+  // `rows` [rows, d_model] for an open session; their outputs [rows, d_model]. InvalidArgument
+  // (unknown session, wrong width, a non-finite value), ResourceExhausted (the KV cache budget is
+  // full; the session is unchanged), Cancelled / Unavailable (the session was closed or the
+  // server drains before the step ran).
   absl::StatusOr<Tensor> Step(const std::string& session, TensorView rows);
+  // Closes one session (after this stream's earlier steps for it) and frees its cache.
+  // InvalidArgument for a session that is not open on this stream.
   absl::Status CloseSession(const std::string& session);
 
   // Half-closes the stream, waits for every answer and returns the stream's status (OK when the
@@ -147,7 +157,8 @@ class DecodeSession {
 
   const DecodeOpened& opened() const { return opened_; }
 
-  // Appends `rows` ([rows, d_model]: a prompt or one row) and blocks for their outputs.
+  // Appends `rows` ([rows, d_model]: a prompt or one row) and blocks for their outputs. Errors
+  // as DecodeStream::Step; FailedPrecondition after Close.
   absl::StatusOr<Tensor> Step(TensorView rows);
   // The same without blocking: `done` runs once on a gRPC thread (must not block). Blocks only
   // for flow control. Errors as DecodeStream::SendAsync.
