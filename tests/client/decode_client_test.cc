@@ -216,11 +216,12 @@ TEST_F(DecodeClientTest, BadItemsFailAloneAndTheOtherSessionsGoOn) {
   ASSERT_NE(stream, nullptr);
   const std::vector<float> good = TestValues(3 * kD, 7);
   const std::vector<float> wide = TestValues(kD + 1, 8);
+  const std::vector<float> first_row = Slice(good, 0, 1);  // Views must outlive the Send.
   ac::DecodeMessage message;
   message.opens = {{.session = "ok", .model = kSmallModel},
                    {.session = "m", .model = "no-such-model"}};
   message.steps = {{.session = "ok", .rows = RowsOf(good)},
-                   {.session = "nope", .rows = RowsOf(Slice(good, 0, 1))},
+                   {.session = "nope", .rows = RowsOf(first_row)},
                    {.session = "ok", .rows = {wide, {1, kD + 1}}}};
   message.closes = {"never-opened"};
   absl::StatusOr<ac::DecodeAnswer> answer = stream->Send(message);
