@@ -11,6 +11,8 @@
 #include "attnserve/client/infer_client.h"
 #include "client/cli/attend_command.h"
 #include "client/cli/bench_command.h"
+#include "client/cli/decode_bench_command.h"
+#include "client/cli/decode_command.h"
 #include "client/cli/ghz_data.h"
 #include "client/cli/model_commands.h"
 
@@ -142,6 +144,33 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string attend_wire_dtype = "fp32";
   AddWireDtypeOption(attend, attend_wire_dtype);
 
+  DecodeCommandOptions decode_options;
+  CLI::App* decode = app.add_subcommand(
+      "decode", "one decoding session (Decode): a prompt, then one-row steps; outputs and timings");
+  decode->add_option("--model", decode_options.model, "model (default: the server's default)");
+  CLI::Option* prompt_file = decode->add_option("--prompt", decode_options.prompt_path,
+                                                "prompt .npy [T, D], float32 or float64");
+  CLI::Option* prompt_rows =
+      decode->add_option("--prompt-rows", decode_options.prompt_rows,
+                         "T random prompt rows of the model's width instead");
+  prompt_file->excludes(prompt_rows);
+  CLI::Option* memory_file =
+      decode->add_option("--memory", decode_options.memory_path,
+                         "cross-attention memory .npy [S, D] (default: self-attention)");
+  CLI::Option* memory_rows = decode->add_option("--memory-rows", decode_options.memory_rows,
+                                                "S random cross-attention memory rows instead");
+  memory_file->excludes(memory_rows);
+  decode->add_option("--steps", decode_options.steps, "one-row random steps after the prompt")
+      ->capture_default_str();
+  decode
+      ->add_option("--seed", decode_options.seed,
+                   "seed of the random rows (prompt: seed, memory: seed+1, steps: seed+2)")
+      ->capture_default_str();
+  decode->add_option("--out", decode_options.output_path,
+                     "write the outputs [T + steps, D] (prompt, then steps) to this .npy");
+  std::string decode_wire_dtype = "fp32";
+  AddWireDtypeOption(decode, decode_wire_dtype);
+
   BenchOptions bench_options;
   std::string bench_mask = "none";
   CLI::App* bench = app.add_subcommand("bench", "load test: closed loop, or open loop with --rate");
@@ -181,6 +210,25 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   bench->add_option("--streams", bench_options.streams, "number of streams with --stream")
       ->capture_default_str();
   bench->add_flag("--json", bench_options.json, "print one JSON object instead of text");
+  // Decode mode (decoding sessions): --sessions switches it on.
+  DecodeBenchOptions decode_bench;
+  CLI::Option* bench_sessions =
+      bench->add_option("--sessions", decode_bench.sessions,
+                        "decode mode: open N decoding sessions, prefill each with --context rows, "
+                        "then run --steps rounds of one-row steps");
+  bench->add_option("--context", decode_bench.context, "decode mode: prompt rows per session")
+      ->capture_default_str();
+  bench->add_option("--steps", decode_bench.steps, "decode mode: rounds of one-row steps")
+      ->capture_default_str();
+  bench
+      ->add_option("--clients", decode_bench.clients,
+                   "decode mode: streams the sessions are spread over, each sending one message "
+                   "per round for its sessions (1 = one client stepping all sessions at once)")
+      ->capture_default_str();
+  bench->add_option("--long-prompt-rows", decode_bench.long_prompt_rows,
+                    "decode mode: a prompt of this many rows on a separate session mid-run");
+  bench->add_option("--long-prompt-at-round", decode_bench.long_prompt_at_round,
+                    "decode mode: the round of the first stream that starts the long prompt");
   std::string bench_protocol = "v1";
   bench
       ->add_option("--protocol", bench_protocol,
@@ -195,7 +243,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string ghz_shape;
   std::string ghz_out;
   CLI::App* ghz = app.add_subcommand(
-      "ghz-data", "print ghz call data (JSON) for attnserve.v1.AttentionService/Attend");
+      "ghz-data",
+      "print ghz call data (JSON) for attnserve.v1.AttentionService/Attend (or Decode)");
   ghz->add_option("--model", ghz_options.model, "model (default: the server's default)");
   ghz->add_option("--shape", ghz_shape, "input shape T,D (or B,T,D)")->required();
   ghz->add_option("--count", ghz_options.count, "1: one object; N > 1: an array of N")
@@ -206,6 +255,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   ghz->add_flag("--raw-output", ghz_options.raw_output, "ask for raw output (smaller answers)");
   ghz->add_flag("--pretty", ghz_options.pretty, "indent the JSON");
   ghz->add_option("--out", ghz_out, "write to this file instead of stdout");
+  ghz->add_option("--decode-sessions", ghz_options.decode_sessions,
+                  "Decode mode: the messages of one Decode stream (an array): open K sessions "
+                  "and prefill each with --shape C,D rows, --decode-steps one-row steps for "
+                  "all, then close them");
+  ghz->add_option("--decode-steps", ghz_options.decode_steps,
+                  "Decode mode: step messages per stream")
+      ->capture_default_str();
 
   try {
     // CLI11 takes the arguments last first.
@@ -235,6 +291,24 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     attend_options.causal = attend_mask == "causal";
     attend_options.wire_dtype = WireDtypeNamed(attend_wire_dtype);
     return Report(AttendCommand(**client, attend_options, out), err);
+  }
+  if (*decode) {
+    decode_options.wire_dtype = WireDtypeNamed(decode_wire_dtype);
+    return Report(DecodeCommand(**client, decode_options, out), err);
+  }
+  if (bench_sessions->count() > 0) {
+    if (bench_options.stream || bench_options.rate > 0 || bench_protocol != "v1") {
+      return Report(absl::InvalidArgumentError(
+                        "--sessions (decode mode) sends Decode streams in closed loop: drop "
+                        "--stream, --rate and --protocol"),
+                    err);
+    }
+    decode_bench.model = bench_options.model;
+    decode_bench.duration_s = bench_options.duration_s;
+    decode_bench.seed = bench_options.seed;
+    decode_bench.json = bench_options.json;
+    decode_bench.wire_dtype = WireDtypeNamed(bench_wire_dtype);
+    return Report(DecodeBenchCommand(**client, decode_bench, out), err);
   }
   bench_options.causal = bench_mask == "causal";
   bench_options.wire_dtype = WireDtypeNamed(bench_wire_dtype);

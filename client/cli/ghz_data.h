@@ -1,5 +1,6 @@
 // `attnserve-cli ghz-data`: the JSON call data ghz sends to attnserve.v1.AttentionService/Attend
-// (or AttendStream), built as real v1::AttendRequest messages and printed with protobuf's own
+// (or AttendStream), or the messages of one Decode stream, built as real v1::AttendRequest (or
+// v1::DecodeRequest) messages and printed with protobuf's own
 // JSON printer, so the text is exactly proto3's JSON mapping (int64 shape dimensions as strings,
 // `raw` as base64, lowerCamelCase names) and ghz can parse it through server reflection.
 //
@@ -23,6 +24,12 @@ struct GhzDataOptions {
   bool raw = false;            // The input as base64 little-endian float32 bytes.
   bool raw_output = false;     // Ask the server for raw output (smaller answers).
   bool pretty = false;         // Indented output.
+  // Decode mode (> 0): the array of DecodeRequests ghz sends on each Decode stream, `count`
+  // ignored: message 0 opens sessions "s0".."s<K-1>" and prefills each with `shape` [C, D] rows
+  // (seed + k), then `decode_steps` messages of one one-row step per session (seed + 1000 + i),
+  // then one message closing them all. Session names are per stream, so every call may reuse them.
+  int decode_sessions = 0;
+  int decode_steps = 16;
 };
 
 // The whole payload, ending in a newline.

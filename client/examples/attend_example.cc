@@ -1,8 +1,11 @@
 // attend_example TARGET: lists the server's models, then sends one random [8, d_model] sequence
-// to the default model, unary and over a stream, and prints what came back.
+// to the default model, unary and over a stream, and as a decoding session (a 7-row prompt, then
+// one one-row step), and prints what came back.
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "attnserve/client/client.h"
@@ -58,5 +61,33 @@ int main(int argc, char** argv) {
   }
   std::printf("stream: same answer: %s\n",
               streamed->output.data == unary->output.data ? "yes" : "no");
-  return streamed->output.data == unary->output.data ? 0 : 1;
+  if (streamed->output.data != unary->output.data) return 1;
+
+  // A decoding session: the server caches the prompt's K/V, so the last row is sent alone; the
+  // outputs are those of the causal forward of all 8 rows.
+  absl::StatusOr<std::unique_ptr<ac::DecodeSession>> decode =
+      (*client)->OpenDecodeSession({.session = "example", .model = model->name});
+  if (!decode.ok()) {
+    std::fprintf(stderr, "OpenDecodeSession: %s\n", decode.status().ToString().c_str());
+    return 1;
+  }
+  const int64_t d = model->d_model;
+  absl::StatusOr<ac::Tensor> prompt =
+      (*decode)->Step({std::span<const float>(input).first(static_cast<size_t>(7 * d)), {7, d}});
+  absl::StatusOr<ac::Tensor> last =
+      (*decode)->Step({std::span<const float>(input).subspan(static_cast<size_t>(7 * d)), {1, d}});
+  if (!prompt.ok() || !last.ok()) {
+    std::fprintf(stderr, "decode: %s %s\n", prompt.status().ToString().c_str(),
+                 last.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<float> decoded = prompt->data;
+  decoded.insert(decoded.end(), last->data.begin(), last->data.end());
+  bool same = decoded.size() == unary->output.data.size();
+  for (size_t i = 0; same && i < decoded.size(); ++i) {
+    same = std::fabs(decoded[i] - unary->output.data[i]) <=
+           1e-5f * std::fmax(1.0f, std::fabs(unary->output.data[i]));
+  }
+  std::printf("decode: same answer as causal Attend: %s\n", same ? "yes" : "no");
+  return same && (*decode)->Close().ok() ? 0 : 1;
 }

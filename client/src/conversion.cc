@@ -79,6 +79,13 @@ absl::StatusOr<Tensor> ReadTensor(const char* field, const v1::Tensor& tensor) {
   return out;
 }
 
+// An item's or message's error as the server sent it (absl::StatusCode numbers are gRPC's). A
+// code of 0 would read as OK: it becomes Unknown, so an error is never mistaken for success.
+absl::Status StatusOf(const v1::ErrorStatus& error) {
+  if (error.code() == 0) return absl::UnknownError(error.message());
+  return absl::Status(static_cast<absl::StatusCode>(error.code()), error.message());
+}
+
 }  // namespace
 
 absl::StatusOr<v1::AttendRequest> MakeAttendRequest(std::string_view model, TensorView input,
@@ -143,6 +150,85 @@ absl::StatusOr<AttendResult> ReadAttendResponse(const v1::AttendResponse& respon
                    .batch_sequences = response.timing().batch_sequences(),
                    .batch_tokens = response.timing().batch_tokens()};
   return result;
+}
+
+absl::StatusOr<v1::DecodeRequest> MakeDecodeRequest(const DecodeMessage& message,
+                                                    const DecodeStreamOptions& options,
+                                                    const std::string& request_id) {
+  const FloatFormat format = FormatOf(options.wire_dtype);
+  const FloatFormat answer_format = FormatOf(options.answer_wire_dtype);
+  if (!options.raw && (format != FloatFormat::kFloat32 || answer_format != FloatFormat::kFloat32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        format != FloatFormat::kFloat32 ? "wire_dtype" : "answer_wire_dtype", ": ",
+        std::string(FloatFormatName(format != FloatFormat::kFloat32 ? format : answer_format)),
+        " needs raw = true (only raw bytes carry a dtype)"));
+  }
+  v1::DecodeRequest request;
+  request.set_request_id(request_id);
+  for (size_t i = 0; i < message.opens.size(); ++i) {
+    const DecodeOpen& open = message.opens[i];
+    v1::DecodeOpen* item = request.add_opens();
+    item->set_session(open.session);
+    item->set_model(open.model);
+    item->set_expected_version(open.expected_version);
+    if (open.memory) {
+      const std::string field = absl::StrCat("opens[", i, "].memory");
+      if (absl::Status status =
+              FillTensor(field.c_str(), *open.memory, options.raw, format, item->mutable_memory());
+          !status.ok()) {
+        return status;
+      }
+    }
+  }
+  for (size_t i = 0; i < message.steps.size(); ++i) {
+    const DecodeStep& step = message.steps[i];
+    v1::DecodeStep* item = request.add_steps();
+    item->set_session(step.session);
+    const std::string field = absl::StrCat("steps[", i, "].rows");
+    if (absl::Status status =
+            FillTensor(field.c_str(), step.rows, options.raw, format, item->mutable_rows());
+        !status.ok()) {
+      return status;
+    }
+    item->set_raw_output(options.raw);
+    item->set_raw_output_dtype(static_cast<v1::DataType>(answer_format));
+  }
+  for (const std::string& session : message.closes) request.add_closes()->set_session(session);
+  return request;
+}
+
+absl::StatusOr<DecodeAnswer> ReadDecodeResponse(const v1::DecodeRequest& request,
+                                                const v1::DecodeResponse& response) {
+  if (response.has_error()) return StatusOf(response.error());
+  if (response.opens_size() != request.opens_size() ||
+      response.steps_size() != request.steps_size() ||
+      response.closes_size() != request.closes_size()) {
+    return absl::InternalError(absl::StrCat(
+        "Decode answer ", response.request_id(), ": ", response.opens_size(), " opens, ",
+        response.steps_size(), " steps, ", response.closes_size(), " closes for a message of ",
+        request.opens_size(), ", ", request.steps_size(), " and ", request.closes_size()));
+  }
+  DecodeAnswer answer;
+  for (const v1::DecodeOpenResult& open : response.opens()) {
+    if (open.has_error()) {
+      answer.opens.emplace_back(StatusOf(open.error()));
+    } else {
+      answer.opens.emplace_back(DecodeOpened{
+          .session = open.session(), .model = open.model(), .model_version = open.model_version()});
+    }
+  }
+  for (const v1::DecodeStepResult& step : response.steps()) {
+    if (step.has_error()) {
+      answer.steps.emplace_back(StatusOf(step.error()));
+    } else {
+      answer.steps.emplace_back(ReadTensor("steps.output", step.output()));
+    }
+  }
+  for (const v1::DecodeCloseResult& close : response.closes()) {
+    answer.closes.push_back(close.has_error() ? StatusOf(close.error()) : absl::OkStatus());
+  }
+  answer.response_bytes = static_cast<int64_t>(response.ByteSizeLong());
+  return answer;
 }
 
 ModelInfo ReadModelInfo(const v1::ModelInfo& info) {

@@ -11,6 +11,7 @@
 #include "client/src/attend_session.h"
 #include "client/src/channel.h"
 #include "client/src/conversion.h"
+#include "client/src/decode_stream.h"
 #include "core/util/happens_before.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -94,6 +95,15 @@ class GrpcClient final : public Client {
     return std::make_unique<internal::StreamSession>(stub_.get(), max_in_flight);
   }
 
+  absl::StatusOr<std::unique_ptr<DecodeStream>> OpenDecodeStream(
+      const DecodeStreamOptions& options) override {
+    if (options.max_in_flight < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_in_flight: expected >= 1, got ", options.max_in_flight));
+    }
+    return std::make_unique<internal::GrpcDecodeStream>(stub_.get(), options);
+  }
+
   absl::StatusOr<std::vector<ModelInfo>> ListModels() override {
     grpc::ClientContext context;
     SetDeadline(std::chrono::milliseconds(0), &context);
@@ -153,6 +163,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const std::string& target
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = internal::MakeChannel(target, options);
   if (!channel.ok()) return channel.status();
   return std::make_unique<GrpcClient>(*std::move(channel), options);
+}
+
+absl::StatusOr<std::unique_ptr<DecodeSession>> Client::OpenDecodeSession(
+    const DecodeOpen& open, const DecodeStreamOptions& options) {
+  absl::StatusOr<std::unique_ptr<DecodeStream>> stream = OpenDecodeStream(options);
+  if (!stream.ok()) return stream.status();
+  return DecodeSession::Open(*std::move(stream), open);
 }
 
 std::future<absl::StatusOr<AttendResult>> Client::AttendAsync(std::string_view model,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the ghz call data the configs in this folder read (data/*.json), with attnserve-cli
-# ghz-data: protobuf's own JSON mapping of real attnserve.v1.AttendRequest messages, input as
+# ghz-data: protobuf's own JSON mapping of real attnserve.v1.AttendRequest (and DecodeRequest) messages, input as
 # base64 float32 bytes (`raw`), deterministic for the seed. The files are a few MB: generated,
 # never committed (data/ is git-ignored).
 #
@@ -37,6 +37,12 @@ short.json 16 64
 long.json 512 4
 stream.json 16 64
 LIST
+
+# decode.json: the 66 messages of each Decode stream (opens of 8 sessions with prompts of 128 rows,
+# 64 messages of one one-row step per session, the closes).
+"${cli}" ghz-data --model "${model}" --shape "128,${d_model}" --decode-sessions 8 \
+  --decode-steps 64 --seed "${seed}" --raw --raw-output --out "${out_dir}/decode.json"
+echo "wrote ${out_dir}/decode.json (Decode: 8 sessions x [128, ${d_model}] prompts, 64 steps)"
 
 # infer.json: the same [16, d_model] inputs as Open Inference Protocol ModelInferRequests
 # (inference.GRPCInferenceService/ModelInfer, raw_input_contents as base64 float32), from numpy.

@@ -41,6 +41,8 @@ output=$(timeout 60 "$tmp/example/attend_example" "127.0.0.1:$port") ||
 echo "$output"
 grep -q "unary: output \[8, 512\]" <<<"$output" || fail "unexpected output"
 grep -q "stream: same answer: yes" <<<"$output" || fail "the stream's answer differs"
+grep -q "decode: same answer as causal Attend: yes" <<<"$output" ||
+  fail "the decoding session's answer differs"
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "attnserve did not exit 0 after SIGTERM"
 server_pid=""

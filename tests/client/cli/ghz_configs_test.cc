@@ -52,8 +52,8 @@ const google::protobuf::MethodDescriptor* FindMethod(const std::string& call) {
 TEST(GhzConfigsTest, ThereAreConfigsForShortLongAndStreaming) {
   std::vector<std::string> names;
   for (const auto& config : Configs()) names.push_back(config.filename().string());
-  EXPECT_THAT(names, ::testing::IsSupersetOf(
-                         {"short-high-concurrency.json", "long-sequences.json", "stream.json"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"short-high-concurrency.json", "long-sequences.json",
+                                              "stream.json", "decode.json"}));
 }
 
 TEST(GhzConfigsTest, EachCallsAnExistingMethodThroughReflection) {
@@ -92,6 +92,20 @@ void ExpectInferRequest(const nlohmann::json& object) {
             static_cast<size_t>(request.inputs(0).shape(0) * 512) * 4);
 }
 
+// A Decode stream message for the demo model: opens, [rows, 512] raw steps, or closes.
+void ExpectDecodeRequest(const nlohmann::json& object) {
+  v1::DecodeRequest request;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(object.dump(), &request);
+  ASSERT_TRUE(parsed.ok()) << parsed.ToString();
+  EXPECT_GT(request.opens_size() + request.steps_size() + request.closes_size(), 0);
+  for (const v1::DecodeOpen& open : request.opens()) EXPECT_EQ(open.model(), "demo");
+  for (const v1::DecodeStep& step : request.steps()) {
+    ASSERT_EQ(step.rows().shape_size(), 2);
+    EXPECT_EQ(step.rows().shape(1), 512);
+    EXPECT_EQ(step.rows().raw().size(), static_cast<size_t>(step.rows().shape(0) * 512) * 4);
+  }
+}
+
 TEST(GhzConfigsTest, MakeDataProducesEveryDataFileAsValidRequests) {
   TempFolder temp;
   const std::filesystem::path out_dir = temp.path() / "data";
@@ -122,6 +136,10 @@ TEST(GhzConfigsTest, MakeDataProducesEveryDataFileAsValidRequests) {
     for (const nlohmann::json& object : objects) {
       if (input_type == "inference.ModelInferRequest") {
         ExpectInferRequest(object);
+        continue;
+      }
+      if (input_type == "attnserve.v1.DecodeRequest") {
+        ExpectDecodeRequest(object);
         continue;
       }
       ASSERT_EQ(input_type, "attnserve.v1.AttendRequest");

@@ -104,5 +104,46 @@ TEST(GhzDataTest, RejectsBadShapesAndCounts) {
   EXPECT_THAT(*ParseShapeList("2x16x512"), ElementsAre(2, 16, 512));
 }
 
+TEST(GhzDataTest, DecodeModeIsOneStreamsMessagesOpenStepsClose) {
+  absl::StatusOr<std::string> data = MakeGhzData({.model = "demo",
+                                                  .shape = {5, 8},
+                                                  .seed = 3,
+                                                  .raw = true,
+                                                  .raw_output = true,
+                                                  .decode_sessions = 3,
+                                                  .decode_steps = 4});
+  ASSERT_TRUE(data.ok()) << data.status();
+  const nlohmann::json parsed = nlohmann::json::parse(*data);
+  ASSERT_TRUE(parsed.is_array());
+  ASSERT_EQ(parsed.size(), 6u);  // Open + prefill, 4 steps, close.
+  std::vector<v1::DecodeRequest> messages;
+  for (const nlohmann::json& object : parsed) {
+    v1::DecodeRequest request;
+    const auto status = google::protobuf::util::JsonStringToMessage(object.dump(), &request);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    messages.push_back(request);
+  }
+  ASSERT_EQ(messages[0].opens_size(), 3);
+  EXPECT_EQ(messages[0].opens(2).session(), "s2");
+  EXPECT_EQ(messages[0].opens(2).model(), "demo");
+  ASSERT_EQ(messages[0].steps_size(), 3);
+  EXPECT_THAT(messages[0].steps(1).rows().shape(), ElementsAre(5, 8));
+  EXPECT_THAT(RawFloats(messages[0].steps(1).rows().raw()), ElementsAreArray(RandomValues(40, 4)));
+  for (size_t i = 1; i <= 4; ++i) {
+    EXPECT_EQ(messages[i].opens_size(), 0);
+    ASSERT_EQ(messages[i].steps_size(), 3);
+    EXPECT_THAT(messages[i].steps(0).rows().shape(), ElementsAre(1, 8));
+    EXPECT_TRUE(messages[i].steps(0).raw_output());
+    EXPECT_EQ(messages[i].closes_size(), 0);
+  }
+  ASSERT_EQ(messages[5].closes_size(), 3);
+  EXPECT_EQ(messages[5].steps_size(), 0);
+  // Distinct rows per session and step.
+  EXPECT_NE(messages[1].steps(0).rows().raw(), messages[1].steps(1).rows().raw());
+  EXPECT_NE(messages[1].steps(0).rows().raw(), messages[2].steps(0).rows().raw());
+
+  EXPECT_FALSE(MakeGhzData({.model = "demo", .shape = {2, 5, 8}, .decode_sessions = 1}).ok());
+}
+
 }  // namespace
 }  // namespace attnserve::cli

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "attnserve/client/decode.h"
 #include "attnserve/client/types.h"
 
 namespace attnserve::client {
@@ -107,6 +108,17 @@ class Client {
 
   // Opens an AttendStream. `max_in_flight` bounds the unanswered requests (>= 1).
   virtual absl::StatusOr<std::unique_ptr<AttendSession>> OpenSession(int max_in_flight = 256) = 0;
+
+  // Opens a Decode stream (decoding sessions, attnserve/client/decode.h). Does not wait for the
+  // server. InvalidArgument naming the option for bad options. The stream has no deadline (its
+  // sessions live as long as it does); like every stream it is retried only until its first
+  // answer (gRPC then replays the messages sent so far on a new call).
+  virtual absl::StatusOr<std::unique_ptr<DecodeStream>> OpenDecodeStream(
+      const DecodeStreamOptions& options = {}) = 0;
+  // A Decode stream with one session `open` on it (DecodeSession::Open): blocks for the open's
+  // answer; its error, or the stream's.
+  absl::StatusOr<std::unique_ptr<DecodeSession>> OpenDecodeSession(
+      const DecodeOpen& open, const DecodeStreamOptions& options = {});
 
   virtual absl::StatusOr<std::vector<ModelInfo>> ListModels() = 0;
   // "" = the default model. NotFound (listing the serving models) for an unknown name.

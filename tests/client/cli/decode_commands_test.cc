@@ -1,0 +1,196 @@
+// attnserve-cli decode and bench --sessions (decode mode) against a live in-process server on
+// 127.0.0.1, run in-process through RunCli: decode's outputs equal a full Attend of the whole
+// sequence through the library, and the decode bench sends what it reports (the server's
+// decoding runtime counts the tokens).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attnserve/client/client.h"
+#include "client/cli/cli_app.h"
+#include "client/cli/npy.h"
+#include "client/cli/random_values.h"
+#include "nlohmann/json.hpp"
+#include "server/decoding/decode_runtime.h"
+#include "tests/server/service/server_test_support.h"
+#include "tests/support/temp_folder.h"
+
+namespace attnserve::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class DecodeCommandsTest : public ServerTest {
+ protected:
+  void SetUp() override { StartServer(); }
+
+  std::string Target() { return absl::StrCat("127.0.0.1:", server().port()); }
+
+  CliRun Run(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {"--target", Target(), "--timeout-s", "30"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::ostringstream out, err;
+    CliRun run;
+    run.code = cli::RunCli(all, out, err);
+    run.out = out.str();
+    run.err = err.str();
+    return run;
+  }
+
+  // The server's answer to one Attend of `rows` (causal) or over `memory` (no mask).
+  std::vector<float> AttendAll(const std::vector<float>& rows, const std::vector<float>& memory) {
+    absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Create(Target());
+    EXPECT_TRUE(client.ok()) << client.status();
+    client::AttendOptions options;
+    if (memory.empty()) {
+      options.mask = client::Mask::kCausal;
+    } else {
+      options.memory = client::TensorView{
+          memory, {static_cast<int64_t>(memory.size()) / kSmallWidth, kSmallWidth}};
+    }
+    absl::StatusOr<client::AttendResult> result = (*client)->Attend(
+        kSmallModel, {rows, {static_cast<int64_t>(rows.size()) / kSmallWidth, kSmallWidth}},
+        options);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->output.data : std::vector<float>{};
+  }
+
+  decoding::DecodeStats Stats() { return server().decode_runtime().Stats(); }
+
+  TempFolder temp_;
+};
+
+TEST_F(DecodeCommandsTest, DecodeOutputsEqualAFullAttendOfTheWholeSequence) {
+  for (const bool cross : {false, true}) {
+    SCOPED_TRACE(cross ? "cross" : "self");
+    const std::string out_path = (temp_.path() / absl::StrCat("out", cross, ".npy")).string();
+    std::vector<std::string> args = {"decode", "--model", "small", "--prompt-rows",
+                                     "5",      "--steps", "4",     "--seed",
+                                     "9",      "--out",   out_path};
+    if (cross) args.insert(args.end(), {"--memory-rows", "3"});
+    const CliRun run = Run(args);
+    ASSERT_EQ(run.code, 0) << run.err;
+    EXPECT_THAT(run.out,
+                HasSubstr(cross ? "cross-attention over 3 memory rows" : "causal self-attention"));
+    EXPECT_THAT(run.out, HasSubstr("prefill: 5 rows in"));
+    EXPECT_THAT(run.out, HasSubstr("steps: 4 one-row steps, latency p50"));
+    absl::StatusOr<client::Tensor> output = cli::ReadNpy(out_path);
+    ASSERT_TRUE(output.ok()) << output.status();
+    EXPECT_THAT(output->shape, ElementsAre(9, kSmallWidth));
+
+    // What the CLI sent: the prompt from the seed, the memory from seed + 1, the steps from
+    // seed + 2.
+    std::vector<float> rows = cli::RandomValues(5 * kSmallWidth, 9);
+    const std::vector<float> steps = cli::RandomValues(4 * kSmallWidth, 11);
+    rows.insert(rows.end(), steps.begin(), steps.end());
+    const std::vector<float> memory =
+        cross ? cli::RandomValues(3 * kSmallWidth, 10) : std::vector<float>{};
+    EXPECT_TRUE(Near(output->data, AttendAll(rows, memory)));
+  }
+}
+
+TEST_F(DecodeCommandsTest, DecodeReadsNpyPromptAndPrintsSummaries) {
+  const std::string prompt_path = (temp_.path() / "prompt.npy").string();
+  const std::vector<float> prompt = cli::RandomValues(3 * kSmallWidth, 4);
+  const std::vector<int64_t> shape = {3, kSmallWidth};
+  ASSERT_TRUE(cli::WriteNpy(prompt_path, prompt, shape).ok());
+  const CliRun run = Run({"decode", "--model", "small", "--prompt", prompt_path, "--steps", "2"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("prompt output [3, 16]"));
+  EXPECT_THAT(run.out, HasSubstr("step outputs [2, 16]"));
+  EXPECT_THAT(run.out, HasSubstr("row 0:"));
+}
+
+TEST_F(DecodeCommandsTest, DecodeRefusesBadOptionsAndInputsNamingThem) {
+  CliRun run = Run({"decode", "--model", "small", "--steps", "2"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--prompt-rows"));
+  const std::string wide_path = (temp_.path() / "wide.npy").string();
+  const std::vector<float> wide = cli::RandomValues(2 * 5, 4);
+  const std::vector<int64_t> shape = {2, 5};
+  ASSERT_TRUE(cli::WriteNpy(wide_path, wide, shape).ok());
+  run = Run({"decode", "--model", "small", "--prompt", wide_path});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("expected a prompt of shape [rows, 16]"));
+  run = Run({"decode", "--model", "no-such-model", "--prompt-rows", "2"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("NOT_FOUND"));
+}
+
+TEST_F(DecodeCommandsTest, BenchSessionsOneClientSendsOneMessagePerRound) {
+  const CliRun run = Run({"bench", "--model", "small", "--sessions", "4", "--context", "8",
+                          "--steps", "10", "--json", "-q"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["sessions"], 4);
+  EXPECT_EQ(report["clients"], 1);
+  EXPECT_EQ(report["decode_tokens"], 40);
+  EXPECT_EQ(report["step_latency_ms"]["count"], 10);  // One message per round.
+  EXPECT_GT(report["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(report["step_latency_ms"]["p50"].get<double>(), 0);
+  EXPECT_LE(report["step_latency_ms"]["p50"].get<double>(),
+            report["step_latency_ms"]["p99"].get<double>());
+  EXPECT_GT(report["prefill_s"].get<double>(), 0);
+  EXPECT_TRUE(report["errors"].empty());
+  // The server computed exactly that: 40 one-row steps, 32 prompt rows; nothing left open.
+  const decoding::DecodeStats stats = Stats();
+  EXPECT_EQ(stats.decode_tokens, 40);
+  EXPECT_EQ(stats.prefill_tokens, 32);
+}
+
+TEST_F(DecodeCommandsTest, BenchSessionsManyClientsWithALongPromptReportsItsEffect) {
+  const CliRun run =
+      Run({"bench", "--model", "small", "--sessions", "4", "--clients", "4", "--context", "8",
+           "--steps", "10", "--long-prompt-rows", "64", "--long-prompt-at-round", "3"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("4 sessions on 4 stream(s), context 8, 10 rounds"));
+  EXPECT_THAT(run.out, HasSubstr("steps: 40 tokens in"));
+  EXPECT_THAT(run.out, HasSubstr("long prompt: 64 rows at round 3, answered in"));
+  EXPECT_THAT(run.out, HasSubstr("steps before it:"));
+  EXPECT_THAT(run.out, HasSubstr("steps during it:"));
+  EXPECT_THAT(run.out, HasSubstr("errors: none"));
+  const decoding::DecodeStats stats = Stats();
+  EXPECT_EQ(stats.decode_tokens, 40);
+  EXPECT_EQ(stats.prefill_tokens, 4 * 8 + 64);
+
+  // Before, during and after split the 40 messages (10 rounds of 4 streams).
+  const CliRun json =
+      Run({"bench", "--model", "small", "--sessions", "4", "--clients", "4", "--context", "8",
+           "--steps", "10", "--long-prompt-rows", "64", "--long-prompt-at-round", "3", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const nlohmann::json report = nlohmann::json::parse(json.out);
+  const nlohmann::json& long_prompt = report["long_prompt"];
+  EXPECT_EQ(long_prompt["steps_before_ms"]["count"].get<int>() +
+                long_prompt["steps_during_ms"]["count"].get<int>() +
+                long_prompt["steps_after_ms"]["count"].get<int>(),
+            40);
+  EXPECT_GT(long_prompt["latency_ms"].get<double>(), 0);
+}
+
+TEST_F(DecodeCommandsTest, BenchSessionsRefusesBadCombinations) {
+  CliRun run = Run({"bench", "--model", "small", "--sessions", "4", "--clients", "5"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--clients: expected 1..4"));
+  run = Run({"bench", "--model", "small", "--sessions", "4", "--stream"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("decode mode"));
+  run = Run({"bench", "--model", "small", "--sessions", "2", "--steps", "5", "--long-prompt-rows",
+             "8", "--long-prompt-at-round", "5"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--long-prompt-at-round: expected 0..4"));
+}
+
+}  // namespace
+}  // namespace attnserve::testing
