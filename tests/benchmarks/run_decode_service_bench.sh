@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Issue 19's loopback targets for decoding sessions: `attnserve-cli bench --sessions` against a
+# server on a free 127.0.0.1 port (embedded demo model: d_model 512, 8 heads), client and server
+# on the same cores. For each compute type (COMPUTE_DTYPES) it runs, each on a fresh server:
+#   on-1x64   continuous batching, one stream sending one message of 64 one-row steps per round
+#   on-64x1   continuous batching, 64 streams of one session each
+#   off-1x64, off-64x1  the same with batching off (one row per iteration:
+#             --decode-max-iteration-tokens 1 --decode-prefill-chunk-tokens 1)
+#   prompt    continuous batching, one stream of 64 sessions, and a 2048-row prompt sent on another
+#             stream at round LONG_AT (steps' latency before / during / after it)
+# Every step grows the sessions' cache, so the runs keep the mean cached context at the issue's
+# 128 tokens: CONTEXT prompt rows then STEPS rounds (112 + 32; the prompt run 64 + 128).
+# and prints one table row per run (tokens/s, step p50/p99, the server's CPU seconds for the run;
+# the CPU per step message alone is run_decode_service_cpu.sh's).
+#
+# Usage: tests/benchmarks/run_decode_service_bench.sh [BUILD_DIR]
+#   Environment: SESSIONS (64), CONTEXT (112), STEPS (32), PROMPT_CONTEXT (64), PROMPT_STEPS
+#   (128), LONG_AT (40), COMPUTE_DTYPES
+#   ("fp32 bf16"), and server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
+set -euo pipefail
+bench_name=run_decode_service_bench.sh
+# shellcheck source=tests/benchmarks/server_bench_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/server_bench_lib.sh"
+
+sessions="${SESSIONS:-64}"
+context="${CONTEXT:-112}"
+steps="${STEPS:-32}"
+prompt_context="${PROMPT_CONTEXT:-64}"
+prompt_steps="${PROMPT_STEPS:-128}"
+long_at="${LONG_AT:-40}"
+batching_off=(--decode-max-iteration-tokens 1 --decode-prefill-chunk-tokens 1)
+
+# run NAME DTYPE "SERVER FLAGS" BENCH FLAGS...: one fresh server, one decode bench; prints a row.
+run() {
+  local name="$1" dtype="$2" server_flags="$3" cpu0 cpu1
+  local -a sflags
+  shift 3
+  read -r -a sflags <<<"${server_flags}"
+  wait_quiet "${name}"
+  start_server "${work}/${name}.server.log" --metrics-off --compute-dtype "${dtype}" "${sflags[@]}"
+  cpu0="$(server_cpu_s)"
+  "${cli_bin}" --target "127.0.0.1:${port}" --timeout-s 120 -q bench --model demo \
+    --sessions "${sessions}" --json "$@" >"${work}/${name}.json"
+  cpu1="$(server_cpu_s)"
+  stop_server
+  python3 - "${work}/${name}.json" "${cpu0}" "${cpu1}" "${name}" "${dtype}" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cpu = float(sys.argv[3].split()[0]) - float(sys.argv[2].split()[0])
+lat = r["step_latency_ms"]
+per_stream = r["sessions"] // r["clients"]
+row = (f"| {sys.argv[4]} | {sys.argv[5]} | {r['clients']} x {per_stream} "
+       f"| {r['tokens_per_s']:,.0f} | {lat['p50']:.2f} | {lat['p99']:.2f} "
+       f"| {cpu:.2f} |")
+extra = r.get("long_prompt")
+if extra:
+    b, d = extra["steps_before_ms"], extra["steps_during_ms"]
+    row += (f" 2048-row prompt {extra['latency_ms']:.0f} ms; steps before it p50 {b['p50']:.2f}"
+            f" p99 {b['p99']:.2f}, during it p50 {d['p50']:.2f} p99 {d['p99']:.2f}"
+            f" max {d['max']:.2f} ({d['count']} messages)")
+print(row)
+PY
+}
+
+echo "| run | compute | streams x sessions | tokens/s | step p50 ms | step p99 ms | server CPU s (prefill included) |"
+echo "|---|---|---|---:|---:|---:|---:|"
+for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
+  mix=(--context "${context}" --steps "${steps}")
+  run "on-1x64-${dtype}" "${dtype}" "" "${mix[@]}"
+  run "off-1x64-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}"
+  run "on-64x1-${dtype}" "${dtype}" "" "${mix[@]}" --clients "${sessions}"
+  run "off-64x1-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}" --clients "${sessions}"
+  run "prompt-${dtype}" "${dtype}" "" --context "${prompt_context}" --steps "${prompt_steps}" \
+    --long-prompt-rows 2048 --long-prompt-at-round "${long_at}"
+done
