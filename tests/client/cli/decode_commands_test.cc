@@ -5,9 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "server/decoding/decode_runtime.h"
 #include "tests/server/service/server_test_support.h"
+#include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
 
 namespace attnserve::testing {
@@ -177,6 +181,32 @@ TEST_F(DecodeCommandsTest, BenchSessionsManyClientsWithALongPromptReportsItsEffe
                 long_prompt["steps_after_ms"]["count"].get<int>(),
             40);
   EXPECT_GT(long_prompt["latency_ms"].get<double>(), 0);
+}
+
+// A client that disappears without closing anything (its process killed: the connection drops)
+// leaves no session and no cache behind.
+TEST_F(DecodeCommandsTest, AKilledClientsSessionsAreClosedAndTheirCacheFreed) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(ATTNSERVE_CLI_BINARY, {"--target", Target(), "--timeout-s", "30", "bench",
+                                                 "--model", "small", "--sessions", "4", "--context",
+                                                 "8", "--steps", "1000000", "--duration", "60"});
+  ASSERT_TRUE(child.ok()) << child.status();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Stats().sessions_open != 4 || Stats().decode_tokens == 0) {  // Stepping.
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << (*child)->Output();
+    std::this_thread::yield();
+  }
+  ASSERT_GT(Stats().kv_bytes_used, 0);
+  (*child)->Signal(SIGKILL);
+  (*child)->Wait(absl::Seconds(30));
+  decoding::DecodeStats stats = Stats();
+  while (stats.sessions_open != 0 || stats.kv_bytes_used != 0 ||
+         stats.sessions_closed[static_cast<int>(decoding::CloseReason::kOwnerGone)] != 4) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up)
+        << stats.sessions_open << " sessions, " << stats.kv_bytes_used << " bytes still held";
+    std::this_thread::yield();
+    stats = Stats();
+  }
 }
 
 TEST_F(DecodeCommandsTest, BenchSessionsRefusesBadCombinations) {

@@ -468,5 +468,36 @@ TEST_F(DecodeTest, ASessionKeepsItsVersionAcrossAReloadAndModelInfoListsThatVers
   EXPECT_TRUE(a.Close().ok());
 }
 
+TEST_F(DecodeTest, AnIdleSessionIsClosedAndFreedWhileItsStreamGoesOn) {
+  server::ServerOptions options = TestServerOptions();
+  options.decoding.idle_timeout_us = 100'000;
+  StartServer(options);
+  const int64_t d = kSmallWidth;
+  DecodeStream a(stub());
+  v1::DecodeRequest open;
+  AddOpen(&open, "s", kSmallModel);
+  AddStep(&open, "s", TestValues(3 * d, 30), d);
+  ASSERT_FALSE(a.Call(open).steps(0).has_error());
+  ASSERT_GT(runtime().Stats().kv_bytes_used, 0);
+
+  // The stream stays open; the session has no step for the idle timeout.
+  ASSERT_TRUE(AllFreed(1));
+  EXPECT_EQ(runtime().Stats().sessions_closed[static_cast<int>(decoding::CloseReason::kIdle)], 1);
+  v1::DecodeRequest late;
+  AddStep(&late, "s", TestValues(d, 31), d);
+  const v1::DecodeResponse refused = a.Call(late);
+  ASSERT_TRUE(refused.steps(0).has_error());
+  EXPECT_EQ(refused.steps(0).error().code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(refused.steps(0).error().message().find("idle"), std::string::npos)
+      << refused.steps(0).error().message();
+
+  v1::DecodeRequest again;  // The stream still serves new sessions.
+  AddOpen(&again, "t", kSmallModel);
+  AddStep(&again, "t", TestValues(2 * d, 32), d);
+  const v1::DecodeResponse reopened = a.Call(again);
+  EXPECT_FALSE(reopened.opens(0).has_error()) << reopened.opens(0).error().message();
+  EXPECT_FALSE(reopened.steps(0).has_error()) << reopened.steps(0).error().message();
+}
+
 }  // namespace
 }  // namespace attnserve::testing
