@@ -156,8 +156,10 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
   }
 }
 
-// Copies the K and V rows of `segments` into k and v ([keys, head_dim] fp32 each).
-static void GatherKeys(std::span<const KvSegment> segments, int64_t head_dim, float* k, float* v) {
+// Copies the K and V rows of `segments` into k and v ([keys, head_dim] fp32 each). Inlined into
+// AttendRows' ISA clones (the bf16 widening vectorises).
+[[gnu::always_inline]] inline void GatherKeys(std::span<const KvSegment> segments, int64_t head_dim,
+                                              float* k, float* v) {
   for (const KvSegment& seg : segments) {
     for (int64_t r = 0; r < seg.count; ++r, k += head_dim, v += head_dim) {
       if (seg.type == KvElementType::kBFloat16) {
@@ -177,9 +179,10 @@ static void GatherKeys(std::span<const KvSegment> segments, int64_t head_dim, fl
   }
 }
 
-bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step, const float* q,
-                int64_t q_ld, float* probabilities, float* out, int64_t out_ld,
-                RowsScratch scratch) {
+// Compiled per ISA level: the mask, softmax and gather loops around the GEMMs vectorise.
+ATTNSERVE_PER_ISA_CLONES bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step,
+                                         const float* q, int64_t q_ld, float* probabilities,
+                                         float* out, int64_t out_ld, RowsScratch scratch) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const int64_t keys = a.keys, dk = a.head_dim;
   GatherKeys(a.segments, dk, scratch.k, scratch.v);
