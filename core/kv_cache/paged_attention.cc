@@ -84,17 +84,15 @@ enum class RowOutcome {
   kNoFiniteScore,  // Open keys, but all their scores NaN or -∞: the output must be NaN.
 };
 
-// Turns scores[0, limit) (scaled; -∞ for blocked keys, `open_keys` of them not blocked) into
-// softmax probabilities in place and zeroes scores[limit, keys). Shared by AttendRow and
-// AttendRows so that both give a row exactly the same semantics.
-ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t keys,
+// Turns scores[0, limit) (scaled; -∞ for blocked keys, `open_keys` of them not blocked; their
+// maximum `max_score`, NaN scores ignored) into softmax probabilities in place and zeroes
+// scores[limit, keys). Shared by AttendRow and AttendRows so that both give a row exactly the same
+// semantics. The caller takes the maximum while it writes the scores: a separate pass would be
+// scalar (NaN semantics keep it from vectorising) and cost a decode step ~5%.
+ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t keys, float max_score,
                                        int64_t open_keys) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   std::fill(scores + limit, scores + keys, 0.0f);
-  float max_score = kBlocked;
-  for (int64_t j = 0; j < limit; ++j) {
-    max_score = std::max(max_score, scores[j]);  // A NaN score leaves the maximum as it was.
-  }
   if (max_score == kBlocked) {
     std::fill(scores, scores + limit, 0.0f);
     // Open keys whose scores are all NaN or -∞ (fp32 overflow in the projections or the dot
@@ -125,18 +123,21 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
   std::fill(out, out + a.head_dim, 0.0f);
 
   // Scores of the visible keys; blocked ones get -∞ and are skipped below.
+  float max_score = kBlocked;
   int64_t open_keys = 0;
   int64_t key = 0;
   for (const KvSegment& seg : a.segments) {
     const int64_t n = std::min(seg.count, limit - key);
     for (int64_t r = 0; r < n; ++r, ++key) {
       const bool open = a.explicit_row == nullptr || a.explicit_row[key] != 0;
-      probabilities[key] = open ? a.scale * KeyDot(seg, r, q, a.head_dim) : kBlocked;
+      const float s = open ? a.scale * KeyDot(seg, r, q, a.head_dim) : kBlocked;
+      probabilities[key] = s;
+      max_score = std::max(max_score, s);  // A NaN score leaves the maximum as it was.
       open_keys += open;
     }
     if (key >= limit) break;
   }
-  switch (SoftmaxRow(probabilities, limit, a.keys, open_keys)) {
+  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
     case RowOutcome::kAllBlocked:
       return;
     case RowOutcome::kNoFiniteScore:
@@ -206,7 +207,9 @@ ATTNSERVE_PER_ISA_CLONES bool AttendRows(const RowAttention& a, int64_t rows, in
         open_keys += mask[i] != 0;
       }
     }
-    if (SoftmaxRow(row, limit, keys, open_keys) == RowOutcome::kNoFiniteScore) {
+    float max_score = kBlocked;
+    for (int64_t i = 0; i < limit; ++i) max_score = std::max(max_score, row[i]);  // Skips NaN.
+    if (SoftmaxRow(row, limit, keys, max_score, open_keys) == RowOutcome::kNoFiniteScore) {
       if (first_nan_row == rows) nan_rows.assign(rows, false);
       first_nan_row = std::min(first_nan_row, j);
       nan_rows[j] = true;
