@@ -19,6 +19,10 @@
 namespace attnserve::core {
 namespace {
 
+// Most query rows of one sequence and head per AttendRows call: a prefill chunk's 256 in one
+// call, and a long uncached sequence's [rows, keys] probabilities scratch bounded.
+constexpr int64_t kRowTile = 256;
+
 // Where one sequence's attention reads and writes.
 struct SequencePlan {
   int64_t q_row = 0;     // First new row in the batch.
@@ -313,7 +317,7 @@ absl::Status CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config
   int64_t max_keys = 0, max_scores = 0;
   for (const SequencePlan& p : plans) {
     max_keys = std::max(max_keys, p.keys);
-    max_scores = std::max(max_scores, p.rows * p.keys);
+    max_scores = std::max(max_scores, std::min(p.rows, kRowTile) * p.keys);
   }
   const int threads = omp_get_max_threads();
   if (static_cast<int>(probabilities.size()) < threads) {
@@ -355,16 +359,23 @@ absl::Status CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config
     a.visible_limit = p.causal ? p.past + 1 : p.keys;
     a.explicit_row = mask == nullptr ? nullptr : mask + p.scores;
     const float* q_head = q + p.q_row * q_ld + head * dk;
-    if (p.rows > 1) {
-      if (!AttendRows(a, p.rows, p.causal ? 1 : 0, q_head, q_ld,
-                      head_weights == nullptr ? prob : head_weights, out, d,
+    if (p.rows == 1) {
+      AttendRow(a, q_head, head_weights == nullptr ? prob : head_weights, out);
+      continue;
+    }
+    // Tiles of ≤ kRowTile rows bound the probabilities' scratch (a long uncached sequence).
+    for (int64_t j = 0; j < p.rows; j += kRowTile) {
+      RowAttention tile = a;
+      tile.visible_limit = p.causal ? p.past + j + 1 : p.keys;
+      if (a.explicit_row != nullptr) tile.explicit_row = a.explicit_row + j * p.keys;
+      float* tile_prob = head_weights == nullptr ? prob : head_weights + j * p.keys;
+      if (!AttendRows(tile, std::min(kRowTile, p.rows - j), p.causal ? 1 : 0, q_head + j * q_ld,
+                      q_ld, tile_prob, out + j * d, d,
                       {.k = keys[thread].data(), .v = values[thread].data()})) {
 #pragma omp atomic write
         gemm_failed = true;
       }
-      continue;
     }
-    AttendRow(a, q_head, head_weights == nullptr ? prob : head_weights, out);
   }
   if (gemm_failed) return absl::InternalError("cached attention forward: dnnl_sgemm failed");
   return absl::OkStatus();
