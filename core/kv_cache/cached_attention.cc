@@ -19,6 +19,10 @@
 namespace attnserve::core {
 namespace {
 
+// Most query rows of one sequence and head per AttendRows call: a prefill chunk's 256 in one
+// call, and a long uncached sequence's [rows, keys] probabilities scratch bounded.
+constexpr int64_t kRowTile = 256;
+
 // Where one sequence's attention reads and writes.
 struct SequencePlan {
   int64_t q_row = 0;     // First new row in the batch.
@@ -98,8 +102,8 @@ struct CachedAttentionExecutor::Impl {
   absl::Status Run(const AttentionLayer& layer, KvBlockPool& pool, const CachedAttentionInputs& in,
                    const AttentionOutputs& out);
   void Plan(const KvBlockPool& pool, const CachedAttentionInputs& in, const float* qkv);
-  void Attend(const AttentionConfig& config, const CachedAttentionInputs& in, const float* q,
-              int64_t q_ld, float* context, std::span<float> weights);
+  absl::Status Attend(const AttentionConfig& config, const CachedAttentionInputs& in,
+                      const float* q, int64_t q_ld, float* context, std::span<float> weights);
   absl::Status Load(const AttentionLayer& layer, KvBlockPool& pool, const RaggedBatch& memory,
                     std::span<KvSequence* const> caches);
 
@@ -108,7 +112,8 @@ struct CachedAttentionExecutor::Impl {
   ProjectionRunner projections;
   AlignedBuffer scratchpad, projected, context;
   AlignedBuffer rounded;  // bf16 compute: a bf16 copy of a projection's f32 source.
-  std::vector<AlignedBuffer> probabilities;  // One per OpenMP thread.
+  // One per OpenMP thread: the probabilities of one (sequence, head), and AttendRows' K and V.
+  std::vector<AlignedBuffer> probabilities, keys, values;
   std::vector<SequencePlan> plans;
   std::vector<KvSegment> segments;  // Per sequence, per head: its key runs.
 };
@@ -236,7 +241,7 @@ absl::Status CachedAttentionExecutor::Impl::Run(const AttentionLayer& layer, KvB
   Plan(pool, in, qkv);
   const bool has_o = config.HasOutputProjection();
   float* ctx = has_o ? context.Reserve(n * d) : out.output.data();
-  Attend(config, in, qkv, q_ld, ctx, out.weights);
+  if (auto s = Attend(config, in, qkv, q_ld, ctx, out.weights); !s.ok()) return s;
   // 4. Output projection over every row (bf16 compute: the context rounded to bf16 for W_O, as
   // the full forward's bf16 P·V output is).
   if (has_o) {
@@ -303,44 +308,77 @@ void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAt
   }
 }
 
-void CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config,
-                                           const CachedAttentionInputs& in, const float* q,
-                                           int64_t q_ld, float* ctx, std::span<float> weights) {
+absl::Status CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config,
+                                                   const CachedAttentionInputs& in, const float* q,
+                                                   int64_t q_ld, float* ctx,
+                                                   std::span<float> weights) {
   const int64_t h = config.num_heads, dk = config.HeadDim(), d = config.d_model;
   const int64_t items = static_cast<int64_t>(plans.size()) * h;
-  int64_t max_keys = 0;
-  for (const SequencePlan& p : plans) max_keys = std::max(max_keys, p.keys);
+  int64_t max_keys = 0, max_scores = 0;
+  for (const SequencePlan& p : plans) {
+    max_keys = std::max(max_keys, p.keys);
+    max_scores = std::max(max_scores, std::min(p.rows, kRowTile) * p.keys);
+  }
   const int threads = omp_get_max_threads();
-  if (static_cast<int>(probabilities.size()) < threads) probabilities.resize(threads);
-  for (int t = 0; t < threads; ++t) probabilities[t].Reserve(max_keys);
+  if (static_cast<int>(probabilities.size()) < threads) {
+    probabilities.resize(threads);
+    keys.resize(threads);
+    values.resize(threads);
+  }
+  for (int t = 0; t < threads; ++t) {
+    probabilities[t].Reserve(max_scores);
+    keys[t].Reserve(max_keys * dk);
+    values[t].Reserve(max_keys * dk);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   const uint8_t* mask = in.mask.explicit_mask.empty() ? nullptr : in.mask.explicit_mask.data();
   float* w = weights.empty() ? nullptr : weights.data();
+  bool gemm_failed = false;
 
+  // One item per (sequence, head). A decode step (T = 1) is AttendRow's GEMV; T > 1 rows (a
+  // prefill chunk) are AttendRows' two single-threaded GEMMs, the items spread over the threads.
 #pragma omp parallel for schedule(dynamic, 1) if (kOwnParallelRegions)
   for (int64_t item = 0; item < items; ++item) {
     const SequencePlan& p = plans[item / h];
     const int64_t head = item % h;
     const bool enabled = in.head_mask.empty() || in.head_mask[head];
-    float* prob = probabilities[omp_get_thread_num()].data();
+    const int thread = omp_get_thread_num();
+    float* prob = probabilities[thread].data();
+    float* head_weights = w == nullptr ? nullptr : w + (p.scores * h + head * p.rows * p.keys);
+    float* out = ctx + p.q_row * d + head * dk;
+    if (!enabled) {
+      for (int64_t j = 0; j < p.rows; ++j) std::fill(out + j * d, out + j * d + dk, 0.0f);
+      if (head_weights != nullptr) std::fill(head_weights, head_weights + p.rows * p.keys, 0.0f);
+      continue;
+    }
     RowAttention a{
         .segments = std::span(segments).subspan(p.segment + head * p.segments, p.segments),
         .keys = p.keys,
         .head_dim = dk};
     a.scale = scale;
-    for (int64_t j = 0; j < p.rows; ++j) {
-      float* out = ctx + (p.q_row + j) * d + head * dk;
-      float* row_weights = w == nullptr ? prob : w + (p.scores * h + (head * p.rows + j) * p.keys);
-      if (!enabled) {
-        std::fill(out, out + dk, 0.0f);
-        if (w != nullptr) std::fill(row_weights, row_weights + p.keys, 0.0f);
-        continue;
+    a.visible_limit = p.causal ? p.past + 1 : p.keys;
+    a.explicit_row = mask == nullptr ? nullptr : mask + p.scores;
+    const float* q_head = q + p.q_row * q_ld + head * dk;
+    if (p.rows == 1) {
+      AttendRow(a, q_head, head_weights == nullptr ? prob : head_weights, out);
+      continue;
+    }
+    // Tiles of ≤ kRowTile rows bound the probabilities' scratch (a long uncached sequence).
+    for (int64_t j = 0; j < p.rows; j += kRowTile) {
+      RowAttention tile = a;
+      tile.visible_limit = p.causal ? p.past + j + 1 : p.keys;
+      if (a.explicit_row != nullptr) tile.explicit_row = a.explicit_row + j * p.keys;
+      float* tile_prob = head_weights == nullptr ? prob : head_weights + j * p.keys;
+      if (!AttendRows(tile, std::min(kRowTile, p.rows - j), p.causal ? 1 : 0, q_head + j * q_ld,
+                      q_ld, tile_prob, out + j * d, d,
+                      {.k = keys[thread].data(), .v = values[thread].data()})) {
+#pragma omp atomic write
+        gemm_failed = true;
       }
-      a.visible_limit = p.causal ? p.past + j + 1 : p.keys;
-      a.explicit_row = mask == nullptr ? nullptr : mask + p.scores + j * p.keys;
-      AttendRow(a, q + (p.q_row + j) * q_ld + head * dk, row_weights, out);
     }
   }
+  if (gemm_failed) return absl::InternalError("cached attention forward: dnnl_sgemm failed");
+  return absl::OkStatus();
 }
 
 absl::Status CachedAttentionExecutor::LoadMemory(const AttentionLayer& layer, KvBlockPool& pool,

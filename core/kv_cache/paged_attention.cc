@@ -1,9 +1,12 @@
 #include "core/kv_cache/paged_attention.h"
 
+#include <dnnl.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/util/per_isa_clones.h"
 
@@ -74,6 +77,40 @@ ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* 
   }
 }
 
+// What SoftmaxRow made of a row.
+enum class RowOutcome {
+  kProbabilities,  // A softmax over the open keys.
+  kAllBlocked,     // Every key blocked: zero probabilities, the output must be zero.
+  kNoFiniteScore,  // Open keys, but all their scores NaN or -∞: the output must be NaN.
+};
+
+// Turns scores[0, limit) (scaled; -∞ for blocked keys, `open_keys` of them not blocked; their
+// maximum `max_score`, NaN scores ignored) into softmax probabilities in place and zeroes
+// scores[limit, keys). Shared by AttendRow and AttendRows so that both give a row exactly the same
+// semantics. The caller takes the maximum while it writes the scores: a separate pass would be
+// scalar (NaN semantics keep it from vectorising) and cost a decode step ~5%.
+ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t keys, float max_score,
+                                       int64_t open_keys) {
+  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
+  std::fill(scores + limit, scores + keys, 0.0f);
+  if (max_score == kBlocked) {
+    std::fill(scores, scores + limit, 0.0f);
+    // Open keys whose scores are all NaN or -∞ (fp32 overflow in the projections or the dot
+    // products) are not a fully masked row: answering zeros would pass the forward's finiteness
+    // check with a wrong output. NaN makes it fail (OutOfRange), as an uncached forward does.
+    return open_keys > 0 ? RowOutcome::kNoFiniteScore : RowOutcome::kAllBlocked;
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < limit; ++j) {
+    const float e = std::exp(scores[j] - max_score);  // exp(-∞) = 0 for blocked keys.
+    scores[j] = e;
+    sum += e;
+  }
+  const float inverse = 1.0f / sum;
+  for (int64_t j = 0; j < limit; ++j) scores[j] *= inverse;
+  return RowOutcome::kProbabilities;
+}
+
 #undef ATTNSERVE_INLINE
 
 }  // namespace
@@ -84,7 +121,6 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
   std::fill(out, out + a.head_dim, 0.0f);
-  std::fill(probabilities + limit, probabilities + a.keys, 0.0f);
 
   // Scores of the visible keys; blocked ones get -∞ and are skipped below.
   float max_score = kBlocked;
@@ -101,32 +137,95 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
     }
     if (key >= limit) break;
   }
-  if (max_score == kBlocked) {
-    std::fill(probabilities, probabilities + limit, 0.0f);
-    // Open keys whose scores are all NaN or -∞ (fp32 overflow in the projections or the dot
-    // products) are not a fully masked row: answering zeros would pass the forward's finiteness
-    // check with a wrong output. NaN makes it fail (OutOfRange), as an uncached forward does.
-    if (open_keys > 0) std::fill(out, out + a.head_dim, std::numeric_limits<float>::quiet_NaN());
-    return;
+  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
+    case RowOutcome::kAllBlocked:
+      return;
+    case RowOutcome::kNoFiniteScore:
+      std::fill(out, out + a.head_dim, std::numeric_limits<float>::quiet_NaN());
+      return;
+    case RowOutcome::kProbabilities:
+      break;
   }
-
-  float sum = 0.0f;
-  for (int64_t j = 0; j < limit; ++j) {
-    const float e = std::exp(probabilities[j] - max_score);  // exp(-∞) = 0 for blocked keys.
-    probabilities[j] = e;
-    sum += e;
-  }
-  const float inverse = 1.0f / sum;
   key = 0;
   for (const KvSegment& seg : a.segments) {
     const int64_t n = std::min(seg.count, limit - key);
     for (int64_t r = 0; r < n; ++r, ++key) {
-      const float p = probabilities[key] * inverse;
-      probabilities[key] = p;
+      const float p = probabilities[key];
       if (p != 0.0f) AddValue(seg, r, p, out, a.head_dim);
     }
     if (key >= limit) break;
   }
+}
+
+// Copies the K and V rows of `segments` into k and v ([keys, head_dim] fp32 each). Inlined into
+// AttendRows' ISA clones (the bf16 widening vectorises).
+[[gnu::always_inline]] inline void GatherKeys(std::span<const KvSegment> segments, int64_t head_dim,
+                                              float* k, float* v) {
+  for (const KvSegment& seg : segments) {
+    for (int64_t r = 0; r < seg.count; ++r, k += head_dim, v += head_dim) {
+      if (seg.type == KvElementType::kBFloat16) {
+        const auto* ks = static_cast<const uint16_t*>(seg.k) + r * seg.ld;
+        const auto* vs = static_cast<const uint16_t*>(seg.v) + r * seg.ld;
+        for (int64_t i = 0; i < head_dim; ++i) {
+          k[i] = std::bit_cast<float>(static_cast<uint32_t>(ks[i]) << 16);
+          v[i] = std::bit_cast<float>(static_cast<uint32_t>(vs[i]) << 16);
+        }
+      } else {
+        const auto* ks = static_cast<const float*>(seg.k) + r * seg.ld;
+        const auto* vs = static_cast<const float*>(seg.v) + r * seg.ld;
+        std::copy(ks, ks + head_dim, k);
+        std::copy(vs, vs + head_dim, v);
+      }
+    }
+  }
+}
+
+// Compiled per ISA level: the mask, softmax and gather loops around the GEMMs vectorise.
+ATTNSERVE_PER_ISA_CLONES bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step,
+                                         const float* q, int64_t q_ld, float* probabilities,
+                                         float* out, int64_t out_ld, RowsScratch scratch) {
+  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
+  const int64_t keys = a.keys, dk = a.head_dim;
+  GatherKeys(a.segments, dk, scratch.k, scratch.v);
+  // probabilities[rows, keys] = scale · Q Kᵀ, every key of every row (blocked ones overwritten).
+  if (dnnl_sgemm('N', 'T', rows, keys, dk, a.scale, q, q_ld, scratch.k, dk, 0.0f, probabilities,
+                 keys) != dnnl_success) {
+    return false;
+  }
+  // Rows left without probabilities get their zero or NaN output after P·V (which gives 0 there).
+  int64_t first_nan_row = rows;
+  std::vector<bool> nan_rows;
+  for (int64_t j = 0; j < rows; ++j) {
+    float* row = probabilities + j * keys;
+    const int64_t limit = std::clamp<int64_t>(a.visible_limit + j * limit_step, 0, keys);
+    int64_t open_keys = limit;
+    if (a.explicit_row != nullptr) {
+      const uint8_t* mask = a.explicit_row + j * keys;
+      open_keys = 0;
+      for (int64_t i = 0; i < limit; ++i) {
+        if (mask[i] == 0) row[i] = kBlocked;
+        open_keys += mask[i] != 0;
+      }
+    }
+    float max_score = kBlocked;
+    for (int64_t i = 0; i < limit; ++i) max_score = std::max(max_score, row[i]);  // Skips NaN.
+    if (SoftmaxRow(row, limit, keys, max_score, open_keys) == RowOutcome::kNoFiniteScore) {
+      if (first_nan_row == rows) nan_rows.assign(rows, false);
+      first_nan_row = std::min(first_nan_row, j);
+      nan_rows[j] = true;
+    }
+  }
+  // out[rows, head_dim] = P V.
+  if (dnnl_sgemm('N', 'N', rows, dk, keys, 1.0f, probabilities, keys, scratch.v, dk, 0.0f, out,
+                 out_ld) != dnnl_success) {
+    return false;
+  }
+  for (int64_t j = first_nan_row; j < rows; ++j) {
+    if (nan_rows[j]) {
+      std::fill(out + j * out_ld, out + j * out_ld + dk, std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+  return true;
 }
 
 }  // namespace attnserve::core

@@ -1,7 +1,9 @@
 // The attention kernel of incremental decoding: one query row of one head against keys that may
 // be spread over the blocks of a paged KV cache (kv_block_pool.h) or sit in a projection buffer.
-// Plain C++ written for the compiler to vectorise (omp simd): for T = 1 a step is a GEMV per
-// head, memory-bound on reading K and V, where oneDNN's matmul setup per block would dominate.
+// AttendRow is plain C++ written for the compiler to vectorise (omp simd): for T = 1 a step is a
+// GEMV per head, memory-bound on reading K and V, where oneDNN's matmul setup per block would
+// dominate. AttendRows, for T > 1 rows of one sequence (a prefill chunk), gathers the keys once
+// and runs Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per row).
 //
 // Pure functions on caller-owned memory; thread-safe.
 #ifndef ATTNSERVE_CORE_KV_CACHE_PAGED_ATTENTION_H_
@@ -42,6 +44,22 @@ struct RowAttention {
 // receives the softmax, 0 for blocked keys. A row whose keys are all blocked gets all-zero
 // probabilities and a zero output, never NaN.
 void AttendRow(const RowAttention& a, const float* q, float* probabilities, float* out);
+
+// Scratch of one AttendRows call: k and v hold ≥ keys · head_dim floats each.
+struct RowsScratch {
+  float* k = nullptr;
+  float* v = nullptr;
+};
+
+// `rows` query rows attending the same keys, with exactly AttendRow's result per row (up to fp32
+// summation order): row j is AttendRow with visible_limit = a.visible_limit + j · limit_step,
+// explicit_row = a.explicit_row + j · keys (when non-null), q + j · q_ld, probabilities + j · keys,
+// out + j · out_ld. `probabilities` (≥ rows · keys floats) is written even when the caller does
+// not want the weights. The GEMMs use oneDNN's threading (single-threaded inside an OpenMP
+// parallel region). Returns false (outputs unspecified) only if dnnl_sgemm fails.
+bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step, const float* q,
+                int64_t q_ld, float* probabilities, float* out, int64_t out_ld,
+                RowsScratch scratch);
 
 }  // namespace attnserve::core
 

@@ -163,20 +163,24 @@ TEST(CachedAttentionErrorsTest, InconsistentInputsAreRefusedByField) {
 
 // Alternating ±3e38 rows overflow the projections: every score of a query is NaN. That is not a
 // fully masked row (whose output is zeros, and finite): the step fails OutOfRange, as an uncached
-// forward does, and the cache is as before.
+// forward does, and the cache is as before — for a decode step (AttendRow) and a chunk of several
+// rows (AttendRows' GEMM path).
 TEST(CachedAttentionErrorsTest, ScoresThatAreAllNaNFailOutOfRange) {
-  Fixture f(/*blocks=*/4);
-  KvSequence a;
-  ASSERT_TRUE(f.Run({&a}, {3}, 1).ok());
-  KvSequence* caches[] = {&a};
-  std::vector<float> x(16);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 2 == 0 ? 3e38f : -3e38f;
-  const std::vector<int64_t> offsets{0, 1};
-  std::vector<float> out(16);
-  const CachedAttentionInputs in{.query = {x, offsets}, .caches = caches, .mask = {.causal = true}};
-  const absl::Status s = f.executor.Forward(*f.layer.layer, *f.pool, in, {.output = out});
-  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
-  EXPECT_EQ(a.length, 3);
+  for (const int64_t rows : {1, 3}) {
+    Fixture f(/*blocks=*/4);
+    KvSequence a;
+    ASSERT_TRUE(f.Run({&a}, {3}, 1).ok());
+    KvSequence* caches[] = {&a};
+    std::vector<float> x(16 * rows);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = i % 2 == 0 ? 3e38f : -3e38f;
+    const std::vector<int64_t> offsets{0, rows};
+    std::vector<float> out(16 * rows);
+    const CachedAttentionInputs in{
+        .query = {x, offsets}, .caches = caches, .mask = {.causal = true}};
+    const absl::Status s = f.executor.Forward(*f.layer.layer, *f.pool, in, {.output = out});
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << rows << " rows: " << s;
+    EXPECT_EQ(a.length, 3) << rows << " rows";
+  }
 }
 
 }  // namespace

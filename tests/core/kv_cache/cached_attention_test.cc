@@ -195,6 +195,36 @@ TEST(CachedAttentionTest, ExplicitMaskHeadMaskAndWeightsMatchFullForward) {
   }
 }
 
+// A prefill longer than AttendRows' row tile (256), its last tile one row, with an explicit mask
+// and the weights output, cached and uncached, equals one full forward.
+TEST(CachedAttentionTest, LongPrefillInRowTilesMatchesFullForward) {
+  const TestLayer layer = MakeTestLayer(Config(false, true), 14);
+  ASSERT_NE(layer.layer, nullptr);
+  constexpr int64_t kRows = 513, kHeads = 4;
+  const std::vector<float> x = UniformValues(kRows * kD, 15);
+  const std::vector<float> bits = UniformValues(kRows * kRows, 16);
+  std::vector<uint8_t> mask(kRows * kRows);
+  for (int64_t i = 0; i < kRows * kRows; ++i) mask[i] = bits[i] > -0.5f;
+  std::fill(mask.begin() + 300 * kRows, mask.begin() + 301 * kRows, 0);  // A fully blocked row.
+  std::vector<float> full_weights;
+  const std::vector<float> full = FullForward(*layer.layer, x, true, {}, mask, {}, &full_weights);
+  for (const bool cached : {true, false}) {
+    auto pool = MakePool(layer.config);
+    CachedAttentionExecutor executor;
+    KvSequence seq;
+    KvSequence* caches[] = {cached ? &seq : nullptr};
+    const std::vector<int64_t> offsets{0, kRows};
+    const CachedAttentionInputs in{
+        .query = {x, offsets}, .caches = caches, .mask = {.causal = true, .explicit_mask = mask}};
+    std::vector<float> out(x.size(), NAN), weights(kHeads * kRows * kRows, NAN);
+    const absl::Status s =
+        executor.Forward(*layer.layer, *pool, in, {.output = out, .weights = weights});
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_LE(MaxAbsDiff(out, full), kExact) << (cached ? "cached" : "uncached");
+    EXPECT_LE(MaxAbsDiff(weights, full_weights), kExact) << (cached ? "cached" : "uncached");
+  }
+}
+
 // Memory K/V loaded once; query steps of 1 and 3 rows equal one full cross-attention.
 TEST(CachedAttentionTest, CrossAttentionStepsEqualFullCrossAttention) {
   for (bool single : {false, true}) {
