@@ -104,6 +104,24 @@ absl::StatusOr<SessionId> DecodeRuntime::Open(SessionSpec spec, ReadyCallback re
 }
 
 absl::Status DecodeRuntime::Append(StepRequest* request) {
+  StepRequest* one[] = {request};
+  return std::move(AppendAll(one).front());
+}
+
+std::vector<absl::Status> DecodeRuntime::AppendAll(std::span<StepRequest* const> requests) {
+  std::vector<absl::Status> statuses(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) statuses[i] = CheckStep(requests[i]);
+  std::lock_guard<std::mutex> lock(mu_);
+  bool queued = false;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (statuses[i].ok()) statuses[i] = QueueLocked(requests[i]);
+    queued |= statuses[i].ok();
+  }
+  if (queued) cv_.notify_all();  // Once, after all: the loop sees them together.
+  return statuses;
+}
+
+absl::Status DecodeRuntime::CheckStep(const StepRequest* request) {
   if (request == nullptr || request->done == nullptr) {
     return absl::InvalidArgumentError("done: expected a callback, got none");
   }
@@ -113,7 +131,10 @@ absl::Status DecodeRuntime::Append(StepRequest* request) {
   if (const int64_t bad = core::FindNonFinite(request->rows); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat("rows: value ", bad, " is not finite"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  return absl::OkStatus();
+}
+
+absl::Status DecodeRuntime::QueueLocked(StepRequest* request) {
   if (draining_) return absl::UnavailableError("decoding runtime is draining: no new steps");
   auto it = sessions_.find(request->session);
   if (it == sessions_.end()) {
@@ -156,7 +177,6 @@ absl::Status DecodeRuntime::Append(StepRequest* request) {
   session->last_active_us = item->accepted_us;
   ++steps_queued_;
   scheduler_.Add(session->id, std::move(item));
-  cv_.notify_all();
   return absl::OkStatus();
 }
 

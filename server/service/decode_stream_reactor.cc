@@ -127,7 +127,7 @@ void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserv
     pending->outstanding += message.opens_size() + message.steps_size();
   }
   for (int i = 0; i < message.opens_size(); ++i) StartOpen(message, i, pending);
-  for (int i = 0; i < message.steps_size(); ++i) StartStep(message, i, pending);
+  StartSteps(message, pending);
   for (int i = 0; i < message.closes_size(); ++i) StartClose(message, i, pending);
   ItemDone(pending);  // Start's own hold.
 }
@@ -189,23 +189,39 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
   if (!opened.ok()) fail(opened.status());
 }
 
-void DecodeStreamReactor::StartStep(const v1::DecodeRequest& message, int index,
-                                    const std::shared_ptr<Pending>& pending) {
-  const auto fail = [&](const absl::Status& status) {
-    {
-      std::lock_guard<std::mutex> lock(pending->mu);
-      FillDecodeError(status, pending->response.mutable_steps(index)->mutable_error());
+void DecodeStreamReactor::StartSteps(const v1::DecodeRequest& message,
+                                     const std::shared_ptr<Pending>& pending) {
+  std::vector<decoding::StepRequest> steps;
+  std::vector<int> indices;  // The message's index of each of `steps`.
+  steps.reserve(message.steps_size());
+  for (int i = 0; i < message.steps_size(); ++i) {
+    absl::StatusOr<decoding::StepRequest> step = PrepareStep(message, i, pending);
+    if (!step.ok()) {
+      FailStep(i, step.status(), pending);
+      continue;
     }
-    ItemDone(pending);
-  };
+    steps.push_back(*std::move(step));
+    indices.push_back(i);
+  }
+  std::vector<decoding::StepRequest*> requests;
+  for (decoding::StepRequest& step : steps) requests.push_back(&step);
+  // All at once: the message's steps then share an iteration.
+  const std::vector<absl::Status> appended = runtime_->AppendAll(requests);
+  for (size_t j = 0; j < appended.size(); ++j) {
+    if (!appended[j].ok()) FailStep(indices[j], appended[j], pending);
+  }
+}
+
+absl::StatusOr<decoding::StepRequest> DecodeStreamReactor::PrepareStep(
+    const v1::DecodeRequest& message, int index, const std::shared_ptr<Pending>& pending) {
   absl::StatusOr<DecodeStreamSession> session;
   {
     std::lock_guard<std::mutex> lock(tags_mu_);
     session = FindDecodeSession(message, "steps", index, tags_);
   }
-  if (!session.ok()) return fail(session.status());
+  if (!session.ok()) return session.status();
   absl::StatusOr<decoding::StepRequest> step = ParseDecodeStep(message, index, *session);
-  if (!step.ok()) return fail(step.status());
+  if (!step.ok()) return step.status();
   const DecodeOutputFormat format = DecodeStepOutputFormat(message, index);
   const int64_t d_model = session->model->config.attention.d_model;
   step->done = [this, pending, index, format, d_model](absl::StatusOr<std::vector<float>> output) {
@@ -220,7 +236,16 @@ void DecodeStreamReactor::StartStep(const v1::DecodeRequest& message, int index,
     }
     ItemDone(pending);
   };
-  if (absl::Status appended = runtime_->Append(&*step); !appended.ok()) fail(appended);
+  return step;
+}
+
+void DecodeStreamReactor::FailStep(int index, const absl::Status& status,
+                                   const std::shared_ptr<Pending>& pending) {
+  {
+    std::lock_guard<std::mutex> lock(pending->mu);
+    FillDecodeError(status, pending->response.mutable_steps(index)->mutable_error());
+  }
+  ItemDone(pending);
 }
 
 void DecodeStreamReactor::StartClose(const v1::DecodeRequest& message, int index,

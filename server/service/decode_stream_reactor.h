@@ -83,8 +83,14 @@ class DecodeStreamReactor final : public FlowControlledStream {
   void Start(const v1::DecodeRequest& message, int64_t reserved_bytes, const RequestMeter& meter);
   void StartOpen(const v1::DecodeRequest& message, int index,
                  const std::shared_ptr<Pending>& pending);
-  void StartStep(const v1::DecodeRequest& message, int index,
-                 const std::shared_ptr<Pending>& pending);
+  // Queues all of the message's steps with one DecodeRuntime::AppendAll, so they share an
+  // iteration; a step that cannot be queued is answered with its error.
+  void StartSteps(const v1::DecodeRequest& message, const std::shared_ptr<Pending>& pending);
+  // Step `index` of `message` as a runtime request whose `done` fills its answer, or its error.
+  absl::StatusOr<decoding::StepRequest> PrepareStep(const v1::DecodeRequest& message, int index,
+                                                    const std::shared_ptr<Pending>& pending);
+  // Answers step `index` with `status`.
+  void FailStep(int index, const absl::Status& status, const std::shared_ptr<Pending>& pending);
   void StartClose(const v1::DecodeRequest& message, int index,
                   const std::shared_ptr<Pending>& pending);
   // One item of `pending` is done; the last one closes the message's sessions and answers it.
