@@ -127,6 +127,23 @@ ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t key
   return RowOutcome::kProbabilities;
 }
 
+// out[dim] += Σ probabilities[key] · V[key] over the first `limit` keys of a's segments.
+ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilities, int64_t limit,
+                                float* out, int64_t dim) {
+  const int64_t segments = static_cast<int64_t>(a.segments.size());
+  if (segments > 0) PrefetchRows(a.segments[0].v, a.segments[0], dim);
+  int64_t key = 0;
+  for (int64_t si = 0; si < segments && key < limit; ++si) {
+    const KvSegment& seg = a.segments[si];
+    if (si + 1 < segments) PrefetchRows(a.segments[si + 1].v, a.segments[si + 1], dim);
+    const int64_t n = std::min(seg.count, limit - key);
+    for (int64_t r = 0; r < n; ++r, ++key) {
+      const float p = probabilities[key];
+      if (p != 0.0f) AddValue(seg, r, p, out, dim);
+    }
+  }
+}
+
 // AttendRow for head_dim == kDim, or any head_dim (read from `a`) when kDim is 0. A compile-time
 // width lets the compiler unroll the dot products and keep the output row in registers across all
 // keys instead of loading and storing it once per key.
@@ -167,21 +184,13 @@ ATTNSERVE_INLINE void AttendRowOfWidth(const RowAttention& a, const float* q, fl
     case RowOutcome::kProbabilities:
       break;
   }
-  float fixed[kDim > 0 ? kDim : 1] = {};  // The output row while it accumulates, for kDim > 0.
-  float* sum = kDim > 0 ? fixed : out;
-  key = 0;
-  if (segments > 0) PrefetchRows(a.segments[0].v, a.segments[0], dim);
-  for (int64_t si = 0; si < segments; ++si) {
-    const KvSegment& seg = a.segments[si];
-    if (si + 1 < segments) PrefetchRows(a.segments[si + 1].v, a.segments[si + 1], dim);
-    const int64_t n = std::min(seg.count, limit - key);
-    for (int64_t r = 0; r < n; ++r, ++key) {
-      const float p = probabilities[key];
-      if (p != 0.0f) AddValue(seg, r, p, sum, dim);
-    }
-    if (key >= limit) break;
+  if constexpr (kDim > 0) {
+    float sum[kDim] = {};  // A local array of constant size: the compiler keeps it in registers.
+    AddValues(a, probabilities, limit, sum, kDim);
+    std::copy(sum, sum + kDim, out);
+  } else {
+    AddValues(a, probabilities, limit, out, dim);
   }
-  if constexpr (kDim > 0) std::copy(fixed, fixed + kDim, out);
 }
 
 #undef ATTNSERVE_INLINE
