@@ -42,6 +42,10 @@ absl::Status ValidateDecodeRuntimeOptions(const DecodeRuntimeOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("idle_timeout_us: expected >= 0 (0 = never), got ", options.idle_timeout_us));
   }
+  if (options.gather_delay_us < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gather_delay_us: expected >= 0 (0 = none), got ", options.gather_delay_us));
+  }
   if (options.compute_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("compute_threads: expected >= 0, got ", options.compute_threads));
@@ -265,10 +269,21 @@ int64_t DecodeRuntime::NextIdleDeadlineLocked() const {
   return deadline;
 }
 
+void DecodeRuntime::GatherLocked(std::unique_lock<std::mutex>& lock) {
+  if (options_.gather_delay_us == 0) return;
+  const int64_t until = clock_->NowMicros() + options_.gather_delay_us;
+  auto only_steps_short = [this] {
+    return !draining_ && !paused_ && to_close_.empty() && to_load_.empty() && !scheduler_.empty() &&
+           scheduler_.size() < expected_steps_;
+  };
+  while (only_steps_short() && clock_->NowMicros() < until) clock_->WaitUntil(cv_, lock, until);
+}
+
 void DecodeRuntime::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     while (!HasWorkLocked()) clock_->WaitUntil(cv_, lock, NextIdleDeadlineLocked());
+    GatherLocked(lock);
     const int64_t now_us = clock_->NowMicros();
     if (options_.idle_timeout_us > 0) {
       std::vector<std::shared_ptr<Session>> idle;
@@ -394,6 +409,7 @@ void DecodeRuntime::Loop() {
       ++totals_.iterations;
       totals_.prefill_tokens += report.prefill_tokens;
       totals_.decode_tokens += report.decode_tokens;
+      expected_steps_ = report.decode_tokens;
       lock.unlock();
       runner_.AnswerAll(slices);
       slices.clear();

@@ -110,6 +110,8 @@ class DecodeRuntime {
   static absl::Status CheckStep(const StepRequest* request);
   // Append's checks against the session, then queues the step (without waking the loop).
   absl::Status QueueLocked(StepRequest* request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (up to options_.gather_delay_us) while fewer steps wait than the last iteration ran.
+  void GatherLocked(std::unique_lock<std::mutex>& lock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the loop has something to do now.
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the next session turns idle (kNoDeadline: none).
@@ -142,7 +144,8 @@ class DecodeRuntime {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int64_t steps_queued_ ABSL_GUARDED_BY(mu_) = 0;
-  DecodeStats totals_ ABSL_GUARDED_BY(mu_);  // The counters of Stats().
+  int64_t expected_steps_ ABSL_GUARDED_BY(mu_) = 0;  // One-row steps of the last iteration.
+  DecodeStats totals_ ABSL_GUARDED_BY(mu_);          // The counters of Stats().
   std::thread thread_;
   std::once_flag joined_;
 };
