@@ -3,6 +3,7 @@
 #include "attnserve/client/client.h"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <map>
@@ -204,16 +205,16 @@ TEST_F(ClientTest, ASessionEndedByTheServerCompletesEachRequestOnceAndRefusesMor
   const std::vector<float> input = TestValues(2 * kSmallWidth, 9);
   absl::StatusOr<std::unique_ptr<ac::AttendSession>> session = client().OpenSession(4);
   ASSERT_TRUE(session.ok()) << session.status();
-  Notification answered;
-  absl::StatusOr<ac::AttendResult> first;
+  std::promise<absl::StatusOr<ac::AttendResult>> answered;
   ASSERT_TRUE((*session)
                   ->Attend(kSmallModel, {input, {2, kSmallWidth}}, {},
-                           [&](absl::StatusOr<ac::AttendResult> result) {
-                             first = std::move(result);
-                             answered.Notify();
+                           [&answered](absl::StatusOr<ac::AttendResult> result) {
+                             answered.set_value(std::move(result));
                            })
                   .ok());
-  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  std::future<absl::StatusOr<ac::AttendResult>> answer = answered.get_future();
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const absl::StatusOr<ac::AttendResult> first = answer.get();
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->request_id, "s1");  // The session's own id.
   EXPECT_GT(first->request_bytes, 0);
