@@ -1,29 +1,26 @@
 // StreamSession: AttendSession over one AttendStream call (gRPC's callback API).
 //
-// One write and one read are outstanding at a time; answers are matched to their callbacks by
-// request_id. All state is under mu_; gRPC calls and user callbacks run after releasing it.
+// The stream itself (one write and one read outstanding, answers matched to their callbacks by
+// request_id, flow control, every request completed exactly once) is BidiStreamClient's
+// (bidi_stream_client.h), shared with GrpcDecodeStream; this adds AttendStream's messages.
 #ifndef ATTNSERVE_CLIENT_SRC_ATTEND_SESSION_H_
 #define ATTNSERVE_CLIENT_SRC_ATTEND_SESSION_H_
 
-#include <grpcpp/grpcpp.h>
+#include <string_view>
 
-#include <condition_variable>
-#include <cstdint>
-#include <deque>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
-
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "attnserve/client/client.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "client/src/bidi_stream_client.h"
 
 namespace attnserve::client::internal {
 
-class StreamSession final : public AttendSession,
-                            public grpc::ClientBidiReactor<v1::AttendRequest, v1::AttendResponse> {
+class StreamSession final
+    : public AttendSession,
+      public BidiStreamClient<v1::AttendRequest, v1::AttendResponse, AttendResult> {
  public:
-  // Starts the call. `stub` must outlive the session.
+  // Starts the call. `stub` must outlive the session; max_in_flight >= 1.
   StreamSession(v1::AttentionService::Stub* stub, int max_in_flight);
   // Closes the stream if Close was not called, and waits until gRPC is done with it.
   ~StreamSession() override;
@@ -32,42 +29,9 @@ class StreamSession final : public AttendSession,
                       Callback done) override;
   absl::Status Close() override;
 
-  void OnWriteDone(bool ok) override;
-  void OnWritesDoneDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
-
  private:
-  // What to start after releasing mu_: the next write, or WritesDone once closing and everything
-  // is written.
-  struct Next {
-    enum Kind { kNothing, kWrite, kWritesDone };
-    Kind kind = kNothing;
-    const v1::AttendRequest* request = nullptr;
-  };
-  Next NextWriteLocked();
-  void Perform(Next next);
-
-  const int max_in_flight_;
-  grpc::ClientContext context_;
-  v1::AttendResponse response_;  // The read buffer.
-
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<std::unique_ptr<v1::AttendRequest>> to_write_;  // Front: being written.
-  bool writing_ = false;
-  bool closing_ = false;
-  bool writes_done_started_ = false;
-  bool ended_ = false;  // OnDone has begun: no more requests, writes or answers.
-  bool done_ = false;   // OnDone has answered everything: Close may return.
-  absl::Status final_status_;
-  uint64_t next_id_ = 0;
-  struct Pending {
-    Callback done;
-    std::chrono::steady_clock::time_point start;
-    int64_t request_bytes = 0;  // The request's serialized size, for AttendResult.
-  };
-  std::map<std::string, Pending> pending_;  // By request_id: sent, not yet answered.
+  absl::StatusOr<AttendResult> ReadAnswer(const v1::AttendRequest* request,
+                                          const v1::AttendResponse& response) override;
 };
 
 }  // namespace attnserve::client::internal

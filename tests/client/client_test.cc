@@ -3,6 +3,7 @@
 #include "attnserve/client/client.h"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <map>
@@ -197,6 +198,50 @@ TEST_F(ClientTest, ASessionAnswersEveryRequestAndKeepsGoingAfterABadOne) {
                          [](absl::StatusOr<ac::AttendResult>) {})
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClientTest, ASessionEndedByTheServerCompletesEachRequestOnceAndRefusesMore) {
+  StartWith();
+  const std::vector<float> input = TestValues(2 * kSmallWidth, 9);
+  absl::StatusOr<std::unique_ptr<ac::AttendSession>> session = client().OpenSession(4);
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::promise<absl::StatusOr<ac::AttendResult>> answered;
+  ASSERT_TRUE((*session)
+                  ->Attend(kSmallModel, {input, {2, kSmallWidth}}, {},
+                           [&answered](absl::StatusOr<ac::AttendResult> result) {
+                             answered.set_value(std::move(result));
+                           })
+                  .ok());
+  std::future<absl::StatusOr<ac::AttendResult>> answer = answered.get_future();
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const absl::StatusOr<ac::AttendResult> first = answer.get();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->request_id, "s1");  // The session's own id.
+  EXPECT_GT(first->request_bytes, 0);
+
+  StopServer();
+  // Either Attend finds the stream ended, or it is taken and its callback gets an error, once.
+  std::atomic<int> calls{0};
+  absl::StatusOr<ac::AttendResult> second;
+  const absl::Status sent = (*session)->Attend(kSmallModel, {input, {2, kSmallWidth}}, {},
+                                               [&](absl::StatusOr<ac::AttendResult> result) {
+                                                 second = std::move(result);
+                                                 ++calls;
+                                               });
+  (void)(*session)->Close();  // Returns once every callback has run.
+  if (sent.ok()) {
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_FALSE(second.ok());
+  } else {
+    EXPECT_EQ(sent.code(), absl::StatusCode::kFailedPrecondition) << sent;
+    EXPECT_EQ(calls.load(), 0);
+  }
+  EXPECT_EQ((*session)
+                ->Attend(kSmallModel, {input, {2, kSmallWidth}}, {},
+                         [&](absl::StatusOr<ac::AttendResult>) { ++calls; })
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_LE(calls.load(), 1);
 }
 
 TEST_F(ClientTest, ErrorsKeepTheServersCodeAndMessage) {
