@@ -69,6 +69,15 @@ void AddWireDtypeOption(CLI::App* command, std::string& name) {
       ->capture_default_str();
 }
 
+// A .npy input `npy_flag` or else `rows_flag` random rows of the model's width; giving both is a
+// usage error.
+void AddNpyOrRandomRows(CLI::App* command, const std::string& npy_flag, std::string& path,
+                        const std::string& npy_help, const std::string& rows_flag, int64_t& rows,
+                        const std::string& rows_help) {
+  CLI::Option* npy = command->add_option(npy_flag, path, npy_help);
+  npy->excludes(command->add_option(rows_flag, rows, rows_help));
+}
+
 client::WireDtype WireDtypeNamed(const std::string& name) {
   if (name == "bf16") return client::WireDtype::kBFloat16;
   if (name == "f16") return client::WireDtype::kFloat16;
@@ -127,12 +136,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string attend_mask = "none";
   CLI::App* attend = app.add_subcommand("attend", "one Attend call with .npy input and output");
   attend->add_option("--model", attend_options.model, "model (default: the server's default)");
-  CLI::Option* input =
-      attend->add_option("--input", attend_options.input_path,
-                         ".npy input, [T, D] or [B, T, D], float32 ('<f4') or float64 ('<f8')");
-  CLI::Option* random = attend->add_option("--random", attend_options.random_length,
-                                           "T random rows of the model's width instead");
-  input->excludes(random);
+  AddNpyOrRandomRows(attend, "--input", attend_options.input_path,
+                     ".npy input, [T, D] or [B, T, D], float32 ('<f4') or float64 ('<f8')",
+                     "--random", attend_options.random_length,
+                     "T random rows of the model's width instead");
   attend->add_option("--mask", attend_mask, "none or causal")
       ->check(CLI::IsMember({"none", "causal"}))
       ->capture_default_str();
@@ -148,18 +155,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   CLI::App* decode = app.add_subcommand(
       "decode", "one decoding session (Decode): a prompt, then one-row steps; outputs and timings");
   decode->add_option("--model", decode_options.model, "model (default: the server's default)");
-  CLI::Option* prompt_file = decode->add_option("--prompt", decode_options.prompt_path,
-                                                "prompt .npy [T, D], float32 or float64");
-  CLI::Option* prompt_rows =
-      decode->add_option("--prompt-rows", decode_options.prompt_rows,
-                         "T random prompt rows of the model's width instead");
-  prompt_file->excludes(prompt_rows);
-  CLI::Option* memory_file =
-      decode->add_option("--memory", decode_options.memory_path,
-                         "cross-attention memory .npy [S, D] (default: self-attention)");
-  CLI::Option* memory_rows = decode->add_option("--memory-rows", decode_options.memory_rows,
-                                                "S random cross-attention memory rows instead");
-  memory_file->excludes(memory_rows);
+  AddNpyOrRandomRows(decode, "--prompt", decode_options.prompt_path,
+                     "prompt .npy [T, D], float32 or float64", "--prompt-rows",
+                     decode_options.prompt_rows,
+                     "T random prompt rows of the model's width instead");
+  AddNpyOrRandomRows(decode, "--memory", decode_options.memory_path,
+                     "cross-attention memory .npy [S, D] (default: self-attention)",
+                     "--memory-rows", decode_options.memory_rows,
+                     "S random cross-attention memory rows instead");
   decode->add_option("--steps", decode_options.steps, "one-row random steps after the prompt")
       ->capture_default_str();
   decode

@@ -86,17 +86,25 @@ absl::Status StatusOf(const v1::ErrorStatus& error) {
   return absl::Status(static_cast<absl::StatusCode>(error.code()), error.message());
 }
 
+// Only raw bytes carry a dtype: a request or answer dtype other than fp32 needs raw = true.
+absl::Status CheckDtypesNeedRaw(FloatFormat format, FloatFormat answer_format, bool raw) {
+  if (raw || (format == FloatFormat::kFloat32 && answer_format == FloatFormat::kFloat32)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      format != FloatFormat::kFloat32 ? "wire_dtype" : "answer_wire_dtype", ": ",
+      std::string(FloatFormatName(format != FloatFormat::kFloat32 ? format : answer_format)),
+      " needs raw = true (only raw bytes carry a dtype)"));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::AttendRequest> MakeAttendRequest(std::string_view model, TensorView input,
                                                     const AttendOptions& options) {
   const FloatFormat format = FormatOf(options.wire_dtype);
   const FloatFormat answer_format = FormatOf(options.answer_wire_dtype);
-  if (!options.raw && (format != FloatFormat::kFloat32 || answer_format != FloatFormat::kFloat32)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        format != FloatFormat::kFloat32 ? "wire_dtype" : "answer_wire_dtype", ": ",
-        std::string(FloatFormatName(format != FloatFormat::kFloat32 ? format : answer_format)),
-        " needs raw = true (only raw bytes carry a dtype)"));
+  if (absl::Status status = CheckDtypesNeedRaw(format, answer_format, options.raw); !status.ok()) {
+    return status;
   }
   v1::AttendRequest request;
   request.set_model(std::string(model));
@@ -157,11 +165,8 @@ absl::StatusOr<v1::DecodeRequest> MakeDecodeRequest(const DecodeMessage& message
                                                     const std::string& request_id) {
   const FloatFormat format = FormatOf(options.wire_dtype);
   const FloatFormat answer_format = FormatOf(options.answer_wire_dtype);
-  if (!options.raw && (format != FloatFormat::kFloat32 || answer_format != FloatFormat::kFloat32)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        format != FloatFormat::kFloat32 ? "wire_dtype" : "answer_wire_dtype", ": ",
-        std::string(FloatFormatName(format != FloatFormat::kFloat32 ? format : answer_format)),
-        " needs raw = true (only raw bytes carry a dtype)"));
+  if (absl::Status status = CheckDtypesNeedRaw(format, answer_format, options.raw); !status.ok()) {
+    return status;
   }
   v1::DecodeRequest request;
   request.set_request_id(request_id);

@@ -16,8 +16,8 @@
 #include "client/cli/npy.h"
 #include "client/cli/random_values.h"
 #include "nlohmann/json.hpp"
+#include "tests/client/cli/cli_test_support.h"
 #include "tests/server/metrics/exposition.h"
-#include "tests/server/service/server_test_support.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
 
@@ -29,36 +29,7 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-class CliCommandsTest : public ServerTest {
- protected:
-  void SetUp() override {
-    StartServer();
-    port_ = server().port();
-  }
-
-  std::string Target() const { return absl::StrCat("127.0.0.1:", port_); }
-
-  // attnserve-cli --target <the server> --timeout-s 30 `args`, in-process.
-  CliRun Run(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {"--target", Target(), "--timeout-s", "30"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::ostringstream out, err;
-    CliRun run;
-    run.code = cli::RunCli(all, out, err);
-    run.out = out.str();
-    run.err = err.str();
-    return run;
-  }
-
-  TempFolder temp_;
-  int port_ = 0;
-};
+class CliCommandsTest : public CliTest {};
 
 TEST_F(CliCommandsTest, ModelsPrintsATableOfEveryModel) {
   const CliRun run = Run({"models"});

@@ -20,6 +20,7 @@
 #include "client/cli/random_values.h"
 #include "nlohmann/json.hpp"
 #include "server/decoding/decode_runtime.h"
+#include "tests/client/cli/cli_test_support.h"
 #include "tests/server/service/server_test_support.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
@@ -30,29 +31,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-class DecodeCommandsTest : public ServerTest {
+class DecodeCommandsTest : public CliTest {
  protected:
-  void SetUp() override { StartServer(); }
-
-  std::string Target() { return absl::StrCat("127.0.0.1:", server().port()); }
-
-  CliRun Run(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {"--target", Target(), "--timeout-s", "30"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::ostringstream out, err;
-    CliRun run;
-    run.code = cli::RunCli(all, out, err);
-    run.out = out.str();
-    run.err = err.str();
-    return run;
-  }
-
   // The server's answer to one Attend of `rows` (causal) or over `memory` (no mask).
   std::vector<float> AttendAll(const std::vector<float>& rows, const std::vector<float>& memory) {
     absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Create(Target());
@@ -72,8 +52,6 @@ class DecodeCommandsTest : public ServerTest {
   }
 
   decoding::DecodeStats Stats() { return server().decode_runtime().Stats(); }
-
-  TempFolder temp_;
 };
 
 TEST_F(DecodeCommandsTest, DecodeOutputsEqualAFullAttendOfTheWholeSequence) {
@@ -159,12 +137,11 @@ TEST_F(DecodeCommandsTest, BenchSessionsManyClientsWithALongPromptReportsItsEffe
       Run({"bench", "--model", "small", "--sessions", "4", "--clients", "4", "--context", "8",
            "--steps", "10", "--long-prompt-rows", "64", "--long-prompt-at-round", "3"});
   ASSERT_EQ(run.code, 0) << run.err;
-  EXPECT_THAT(run.out, HasSubstr("4 sessions on 4 stream(s), context 8, 10 rounds"));
-  EXPECT_THAT(run.out, HasSubstr("steps: 40 tokens in"));
-  EXPECT_THAT(run.out, HasSubstr("long prompt: 64 rows at round 3, answered in"));
-  EXPECT_THAT(run.out, HasSubstr("steps before it:"));
-  EXPECT_THAT(run.out, HasSubstr("steps during it:"));
-  EXPECT_THAT(run.out, HasSubstr("errors: none"));
+  for (const char* line : {"4 sessions on 4 stream(s), context 8, 10 rounds", "steps: 40 tokens in",
+                           "long prompt: 64 rows at round 3, answered in",
+                           "steps before it:", "steps during it:", "errors: none"}) {
+    EXPECT_THAT(run.out, HasSubstr(line));
+  }
   const decoding::DecodeStats stats = Stats();
   EXPECT_EQ(stats.decode_tokens, 40);
   EXPECT_EQ(stats.prefill_tokens, 4 * 8 + 64);

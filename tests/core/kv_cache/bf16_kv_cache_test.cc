@@ -33,7 +33,6 @@ namespace attnserve::testing {
 namespace {
 
 using core::AttentionConfig;
-using core::AttentionVariant;
 using core::CachedAttentionExecutor;
 using core::CachedAttentionInputs;
 using core::ComputeType;
@@ -42,24 +41,14 @@ using core::KvElementType;
 using core::KvSequence;
 
 constexpr int64_t kD = 32;
-constexpr int64_t kBlock = 16;
+constexpr int64_t kPoolBytes = 4 << 20;  // As many bf16 blocks as the fp32 tests' 8 MiB.
 
 AttentionConfig Bf16Config(bool single_head, bool bias) {
-  AttentionConfig config = single_head
-                               ? AttentionConfig{.d_model = kD,
-                                                 .num_heads = 1,
-                                                 .variant = AttentionVariant::kSingleHead,
-                                                 .bias = bias}
-                               : AttentionConfig{.d_model = kD, .num_heads = 4, .bias = bias};
-  config.compute_type = ComputeType::kBFloat16;
-  return config;
+  return KvTestConfig(kD, single_head, bias, ComputeType::kBFloat16);
 }
 
 std::unique_ptr<KvBlockPool> MakePool(const AttentionConfig& config) {
-  auto pool = KvBlockPool::Create(
-      config, {.block_tokens = kBlock, .budget_bytes = 4 << 20, .max_sequence_tokens = 4096});
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  return pool.ok() ? std::move(*pool) : nullptr;
+  return MakeTestPool(config, kPoolBytes);
 }
 
 float Widen(uint16_t x) {
@@ -199,36 +188,6 @@ void ExpectWithinBf16Bounds(std::span<const float> got, std::span<const double> 
       full_vs_ref.max_abs_error / full_vs_ref.rms);
 }
 
-// Runs the sequence through a bf16 cache: `first` rows, then chunks of `rest` rows.
-std::vector<float> Incremental(const core::AttentionLayer& layer, std::span<const float> x,
-                               int64_t first, int64_t rest) {
-  auto pool = MakePool(layer.config());
-  CachedAttentionExecutor executor;
-  const int64_t rows = static_cast<int64_t>(x.size()) / kD;
-  std::vector<float> out(x.size(), NAN);
-  KvSequence seq;
-  KvSequence* caches[] = {&seq};
-  for (int64_t r = 0; r < rows;) {
-    const int64_t n = std::min(r == 0 ? first : rest, rows - r);
-    const std::vector<int64_t> offsets{0, n};
-    const CachedAttentionInputs in{
-        .query = {x.subspan(r * kD, n * kD), offsets}, .caches = caches, .mask = {.causal = true}};
-    const absl::Status s =
-        executor.Forward(layer, *pool, in, {.output = std::span(out).subspan(r * kD, n * kD)});
-    EXPECT_TRUE(s.ok()) << s;
-    r += n;
-  }
-  EXPECT_EQ(seq.length, rows);
-  pool->Release(seq);
-  return out;
-}
-
-struct ChunkCase {
-  bool single_head;
-  bool bias;
-  int64_t chunk;
-};
-
 class Bf16IncrementalTest : public ::testing::TestWithParam<ChunkCase> {};
 
 TEST_P(Bf16IncrementalTest, ChunksAndDecodeStepsWithinBf16BoundsOfReferenceAndFullForward) {
@@ -242,31 +201,14 @@ TEST_P(Bf16IncrementalTest, ChunksAndDecodeStepsWithinBf16BoundsOfReferenceAndFu
   const std::vector<float> full = FullForward(*layer.layer, x, /*causal=*/true);
   const std::string name = (c.single_head ? "single head" : "multi-head") +
                            std::string(c.bias ? " bias" : "") + " chunk " + std::to_string(c.chunk);
-  ExpectWithinBf16Bounds(Incremental(*layer.layer, x, c.chunk, c.chunk), ref, full,
-                         name + ", chunks");
-  ExpectWithinBf16Bounds(Incremental(*layer.layer, x, c.chunk, 1), ref, full,
-                         name + ", prefill then one-token steps");
-}
-
-std::vector<ChunkCase> ChunkCases() {
-  std::vector<ChunkCase> cases;
-  for (bool single : {false, true}) {
-    for (bool bias : {false, true}) {
-      for (int64_t chunk : {int64_t{1}, int64_t{3}, kBlock - 1, kBlock, kBlock + 1, int64_t{100}}) {
-        cases.push_back({single, bias, chunk});
-      }
-    }
-  }
-  return cases;
+  ExpectWithinBf16Bounds(Incremental(*layer.layer, *MakePool(layer.config), x, c.chunk, c.chunk),
+                         ref, full, name + ", chunks");
+  ExpectWithinBf16Bounds(Incremental(*layer.layer, *MakePool(layer.config), x, c.chunk, 1), ref,
+                         full, name + ", prefill then one-token steps");
 }
 
 INSTANTIATE_TEST_SUITE_P(Chunks, Bf16IncrementalTest, ::testing::ValuesIn(ChunkCases()),
-                         [](const auto& param_info) {
-                           return std::string(param_info.param.single_head ? "SingleHead"
-                                                                           : "MultiHead") +
-                                  (param_info.param.bias ? "Bias" : "NoBias") + "Chunk" +
-                                  std::to_string(param_info.param.chunk);
-                         });
+                         ChunkCaseName);
 
 // Decode, prefill and an uncached sequence (whose K/V the kernel reads from the f32 projection
 // buffer, not the bf16 cache) in one batch: each within the bounds of its own full forward.
@@ -275,39 +217,14 @@ TEST(Bf16CachedAttentionTest, MixedBatchWithAnUncachedSequenceWithinBounds) {
   const TestLayer layer = MakeTestLayer(Bf16Config(false, true), 3);
   ASSERT_NE(layer.layer, nullptr);
   auto pool = MakePool(layer.config);
-  CachedAttentionExecutor executor;
   const std::vector<int64_t> past{20, 0, -1, 47};  // -1: no cache.
   const std::vector<int64_t> rows{1, 7, 6, 1};
-  std::vector<std::vector<float>> xs;
-  std::vector<KvSequence> seqs(past.size());
-  std::vector<float> batch_x;
-  std::vector<int64_t> offsets{0};
-  std::vector<KvSequence*> caches;
+  const MixedBatch batch = RunMixedBatch(*layer.layer, *pool, past, rows);
   for (size_t i = 0; i < past.size(); ++i) {
     const int64_t p = std::max<int64_t>(past[i], 0);
-    xs.push_back(UniformValues((p + rows[i]) * kD, 100 + i));
-    if (p > 0) {
-      const std::vector<int64_t> prefix{0, p};
-      KvSequence* one[] = {&seqs[i]};
-      std::vector<float> scratch(p * kD);
-      const CachedAttentionInputs in{.query = {std::span(xs[i]).subspan(0, p * kD), prefix},
-                                     .caches = one,
-                                     .mask = {.causal = true}};
-      ASSERT_TRUE(executor.Forward(*layer.layer, *pool, in, {.output = scratch}).ok());
-    }
-    batch_x.insert(batch_x.end(), xs[i].begin() + p * kD, xs[i].end());
-    offsets.push_back(offsets.back() + rows[i]);
-    caches.push_back(past[i] < 0 ? nullptr : &seqs[i]);
-  }
-  std::vector<float> out(batch_x.size());
-  const CachedAttentionInputs in{
-      .query = {batch_x, offsets}, .caches = caches, .mask = {.causal = true}};
-  ASSERT_TRUE(executor.Forward(*layer.layer, *pool, in, {.output = out}).ok());
-  for (size_t i = 0; i < past.size(); ++i) {
-    const int64_t p = std::max<int64_t>(past[i], 0);
-    const std::vector<double> ref = Reference(layer, xs[i], true);
-    const std::vector<float> full = FullForward(*layer.layer, xs[i], true);
-    ExpectWithinBf16Bounds(std::span(out).subspan(offsets[i] * kD, rows[i] * kD),
+    const std::vector<double> ref = Reference(layer, batch.xs[i], true);
+    const std::vector<float> full = FullForward(*layer.layer, batch.xs[i], true);
+    ExpectWithinBf16Bounds(std::span(batch.out).subspan(batch.offsets[i] * kD, rows[i] * kD),
                            std::span(ref).subspan(p * kD), std::span(full).subspan(p * kD),
                            "mixed batch, sequence " + std::to_string(i));
   }
@@ -321,48 +238,16 @@ TEST(Bf16CachedAttentionTest, ExplicitMaskHeadMaskAndWeightsWithinBounds) {
   if (!core::HasBf16Kernels()) GTEST_SKIP() << "no bf16 kernels on " << core::OneDnnIsa();
   const TestLayer layer = MakeTestLayer(Bf16Config(false, false), 4);
   ASSERT_NE(layer.layer, nullptr);
-  constexpr int64_t kPast = 21, kNew = 4, kAll = kPast + kNew, kHeads = 4;
-  const std::vector<float> x = UniformValues(kAll * kD, 9);
-  std::vector<uint8_t> full_mask(kAll * kAll, 1);
-  const std::vector<float> bits = UniformValues(kNew * kAll, 10);
-  std::vector<uint8_t> step_mask(kNew * kAll);
-  for (int64_t i = 0; i < kNew * kAll; ++i) step_mask[i] = bits[i] > -0.4f;
-  std::fill(step_mask.begin() + kAll, step_mask.begin() + 2 * kAll, 0);  // Row 1 fully blocked.
-  std::copy(step_mask.begin(), step_mask.end(), full_mask.begin() + kPast * kAll);
-  const bool head_mask[kHeads] = {true, false, true, true};
-  std::vector<float> full_weights;
-  const std::vector<float> full =
-      FullForward(*layer.layer, x, true, {}, full_mask, head_mask, &full_weights);
-
-  auto pool = MakePool(layer.config);
-  CachedAttentionExecutor executor;
-  KvSequence seq;
-  KvSequence* caches[] = {&seq};
-  std::vector<float> prefix_out(kPast * kD);
-  const std::vector<int64_t> prefix{0, kPast};
-  ASSERT_TRUE(executor
-                  .Forward(*layer.layer, *pool,
-                           {.query = {std::span(x).subspan(0, kPast * kD), prefix},
-                            .caches = caches,
-                            .mask = {.causal = true}},
-                           {.output = prefix_out})
-                  .ok());
-  const std::vector<int64_t> offsets{0, kNew};
-  const CachedAttentionInputs in{.query = {std::span(x).subspan(kPast * kD), offsets},
-                                 .caches = caches,
-                                 .mask = {.causal = true, .explicit_mask = step_mask},
-                                 .head_mask = head_mask};
-  std::vector<float> step_out(kNew * kD), weights(kHeads * kNew * kAll, NAN);
-  const absl::Status s =
-      executor.Forward(*layer.layer, *pool, in, {.output = step_out, .weights = weights});
-  ASSERT_TRUE(s.ok()) << s;
-  const std::vector<double> full_tail(full.begin() + kPast * kD, full.end());
-  const ErrorSummary out = SummariseError(step_out, full_tail);
+  using M = MaskedStep;
+  constexpr int64_t kPast = M::kPast, kNew = M::kNew, kAll = M::kAll, kHeads = M::kHeads;
+  const MaskedStep run = RunMaskedStep(*layer.layer, *MakePool(layer.config));
+  const std::vector<double> full_tail(run.full.begin() + kPast * kD, run.full.end());
+  const ErrorSummary out = SummariseError(run.step_out, full_tail);
   EXPECT_LE(out.max_abs_error, kBf16OutputBound * out.rms) << "RMS " << out.rms;
   for (int64_t head = 0; head < kHeads; ++head) {
     for (int64_t j = 0; j < kNew; ++j) {
-      const float* got = weights.data() + (head * kNew + j) * kAll;
-      const float* want = full_weights.data() + (head * kAll + kPast + j) * kAll;
+      const float* got = run.weights.data() + (head * kNew + j) * kAll;
+      const float* want = run.full_weights.data() + (head * kAll + kPast + j) * kAll;
       double sum = 0, worst = 0;
       for (int64_t k = 0; k < kAll; ++k) {
         sum += got[k];
@@ -372,13 +257,13 @@ TEST(Bf16CachedAttentionTest, ExplicitMaskHeadMaskAndWeightsWithinBounds) {
         }
       }
       EXPECT_LE(worst, kBf16WeightsBound) << "head " << head << " row " << j;
-      const bool zero_row = !head_mask[head] || j == 1;
+      const bool zero_row = !M::kHeadMask[head] || j == 1;
       EXPECT_NEAR(sum, zero_row ? 0.0 : 1.0, 1e-5) << "head " << head << " row " << j;
     }
   }
   for (int64_t c = 0; c < kD; ++c) {
     // Row 1 is fully blocked in every head: zero context, so with no bias a zero output.
-    EXPECT_EQ(step_out[1 * kD + c], 0.0f) << c;
+    EXPECT_EQ(run.step_out[1 * kD + c], 0.0f) << c;
   }
 }
 
@@ -393,25 +278,8 @@ TEST(Bf16CachedAttentionTest, CrossAttentionStepsWithinBounds) {
     const std::vector<float> q = UniformValues(kQueries * kD, 13);
     const std::vector<double> ref = Reference(layer, q, false, memory);
     const std::vector<float> full = FullForward(*layer.layer, q, false, memory);
-    auto pool = MakePool(layer.config);
-    CachedAttentionExecutor executor;
-    KvSequence seq;
-    KvSequence* caches[] = {&seq};
-    const std::vector<int64_t> mem_offsets{0, kMemory};
-    ASSERT_TRUE(executor.LoadMemory(*layer.layer, *pool, {memory, mem_offsets}, caches).ok());
-    std::vector<float> out(q.size());
-    for (int64_t r = 0; r < kQueries;) {
-      const int64_t n = r < 6 ? 1 : 3;
-      const std::vector<int64_t> offsets{0, n};
-      const CachedAttentionInputs in{.query = {std::span(q).subspan(r * kD, n * kD), offsets},
-                                     .caches = caches,
-                                     .cross_attention = true};
-      ASSERT_TRUE(
-          executor
-              .Forward(*layer.layer, *pool, in, {.output = std::span(out).subspan(r * kD, n * kD)})
-              .ok());
-      r += n;
-    }
+    const std::vector<float> out =
+        CrossAttentionSteps(*layer.layer, *MakePool(layer.config), memory, q);
     ExpectWithinBf16Bounds(out, ref, full, single ? "cross, single head" : "cross, multi-head");
   }
 }

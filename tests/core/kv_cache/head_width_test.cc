@@ -16,16 +16,11 @@ namespace attnserve::testing {
 namespace {
 
 using core::AttentionConfig;
-using core::CachedAttentionExecutor;
-using core::CachedAttentionInputs;
 using core::ComputeType;
-using core::KvBlockPool;
-using core::KvSequence;
 
 constexpr int64_t kHeads = 2;
 constexpr int64_t kRows = 40;  // A 3-row prefill, then 37 one-row steps: crosses 2 blocks.
 constexpr int64_t kPrefill = 3;
-constexpr int64_t kBlock = 16;
 
 struct WidthCase {
   int64_t head_dim;
@@ -33,31 +28,6 @@ struct WidthCase {
 };
 
 class HeadWidthTest : public ::testing::TestWithParam<WidthCase> {};
-
-// Outputs of every row: the prefill, then one row per step through the cache.
-std::vector<float> Decode(const core::AttentionLayer& layer, std::span<const float> x) {
-  const int64_t d = layer.config().d_model;
-  auto pool =
-      KvBlockPool::Create(layer.config(), {.block_tokens = kBlock, .budget_bytes = 1 << 20});
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  if (!pool.ok()) return {};
-  CachedAttentionExecutor executor;
-  KvSequence seq;
-  KvSequence* caches[] = {&seq};
-  std::vector<float> out(x.size(), NAN);
-  for (int64_t r = 0; r < kRows;) {
-    const int64_t n = r == 0 ? kPrefill : 1;
-    const std::vector<int64_t> offsets{0, n};
-    const CachedAttentionInputs in{
-        .query = {x.subspan(r * d, n * d), offsets}, .caches = caches, .mask = {.causal = true}};
-    const absl::Status s =
-        executor.Forward(layer, **pool, in, {.output = std::span(out).subspan(r * d, n * d)});
-    EXPECT_TRUE(s.ok()) << s;
-    r += n;
-  }
-  (*pool)->Release(seq);
-  return out;
-}
 
 TEST_P(HeadWidthTest, DecodeStepsEqualOneCausalForward) {
   const WidthCase c = GetParam();
@@ -70,7 +40,10 @@ TEST_P(HeadWidthTest, DecodeStepsEqualOneCausalForward) {
   ASSERT_NE(layer.layer, nullptr);
   const std::vector<float> x = UniformValues(kRows * config.d_model, 22);
   const std::vector<float> full = FullForward(*layer.layer, x, /*causal=*/true);
-  const std::vector<float> decoded = Decode(*layer.layer, x);
+  auto pool = MakeTestPool(config, 1 << 20);
+  ASSERT_NE(pool, nullptr);
+  // The prefill, then one row per step through the cache.
+  const std::vector<float> decoded = Incremental(*layer.layer, *pool, x, kPrefill, 1);
   if (!c.bf16) {
     EXPECT_LE(MaxAbsDiff(decoded, full), 1e-5);
     return;
