@@ -6,16 +6,18 @@
 #   on-64x1   continuous batching, 64 streams of one session each
 #   off-1x64, off-64x1  the same with batching off (one row per iteration:
 #             --decode-max-iteration-tokens 1 --decode-prefill-chunk-tokens 1)
+#   gather-64x1  on-64x1 with --decode-gather-delay-us GATHER_US (3000)
 #   prompt    continuous batching, one stream of 64 sessions, and a 2048-row prompt sent on another
 #             stream at round LONG_AT (steps' latency before / during / after it)
 # Every step grows the sessions' cache, so the runs keep the mean cached context at the issue's
-# 128 tokens: CONTEXT prompt rows then STEPS rounds (112 + 32; the prompt run 64 + 128).
+# 128 tokens: CONTEXT prompt rows then STEPS rounds (64 + 128, from 64 to 192 tokens; the 32
+# rounds of 112 + 32 were too short: their tokens/s moved by 30 % from run to run),
 # and prints one table row per run (tokens/s, step p50/p99, the server's CPU seconds for the run;
 # the CPU per step message alone is run_decode_service_cpu.sh's).
 #
 # Usage: tests/benchmarks/run_decode_service_bench.sh [BUILD_DIR]
-#   Environment: SESSIONS (64), CONTEXT (112), STEPS (32), PROMPT_CONTEXT (64), PROMPT_STEPS
-#   (128), LONG_AT (40), COMPUTE_DTYPES
+#   Environment: SESSIONS (64), CONTEXT (64), STEPS (128), PROMPT_CONTEXT (64), PROMPT_STEPS
+#   (128), LONG_AT (40), GATHER_US (3000), COMPUTE_DTYPES
 #   ("fp32 bf16"), and server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
 set -euo pipefail
 bench_name=run_decode_service_bench.sh
@@ -23,11 +25,12 @@ bench_name=run_decode_service_bench.sh
 source "$(dirname "${BASH_SOURCE[0]}")/server_bench_lib.sh"
 
 sessions="${SESSIONS:-64}"
-context="${CONTEXT:-112}"
-steps="${STEPS:-32}"
+context="${CONTEXT:-64}"
+steps="${STEPS:-128}"
 prompt_context="${PROMPT_CONTEXT:-64}"
 prompt_steps="${PROMPT_STEPS:-128}"
 long_at="${LONG_AT:-40}"
+gather_us="${GATHER_US:-3000}"
 batching_off=(--decode-max-iteration-tokens 1 --decode-prefill-chunk-tokens 1)
 
 # run NAME DTYPE "SERVER FLAGS" BENCH FLAGS...: one fresh server, one decode bench; prints a row.
@@ -70,6 +73,8 @@ for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
   run "off-1x64-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}"
   run "on-64x1-${dtype}" "${dtype}" "" "${mix[@]}" --clients "${sessions}"
   run "off-64x1-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}" --clients "${sessions}"
+  run "gather-64x1-${dtype}" "${dtype}" "--decode-gather-delay-us ${gather_us}" "${mix[@]}" \
+    --clients "${sessions}"
   run "prompt-${dtype}" "${dtype}" "" --context "${prompt_context}" --steps "${prompt_steps}" \
     --long-prompt-rows 2048 --long-prompt-at-round "${long_at}"
 done
