@@ -158,8 +158,17 @@ class PackageTest(unittest.TestCase):
         client.close()
 
     def test_deadline(self):
-        with self.assertRaises(self.attnserve.AttnserveError) as caught:
-            self.client.attend(np.zeros((4, D_MODEL), np.float32), timeout_s=1e-6)
+        # A server whose batches wait for a second request: the call cannot finish in time, on any
+        # machine. (A 1 us deadline is not enough: gRPC rounds deadlines up to its millisecond
+        # timer, and a loaded machine's timer thread can be late for a fast answer.)
+        live_server = importlib.import_module("live_server")
+        repository = os.path.join(self.tmp.name, "models")
+        with live_server.LiveServer(ARGS.attnserve, "--model-repository", repository,
+                                    "--max-queue-delay-us", "60000000",
+                                    "--max-batch-sequences", "2") as slow:
+            with self.attnserve.Client(slow.target, retries=0) as client:
+                with self.assertRaises(self.attnserve.AttnserveError) as caught:
+                    client.attend(np.zeros((4, D_MODEL), np.float32), timeout_s=0.2)
         self.assertEqual(caught.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
 
     def test_async_client(self):
