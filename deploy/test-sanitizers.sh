@@ -5,6 +5,9 @@
 #   tsan — ThreadSanitizer: server (batch scheduler, repository reloads and polling on
 #          several threads included), model, client, and the core's executors on two threads; one
 #          OpenMP thread
+# The sanitizer presets compile at -O1 -g1 (line tables only: reports still name file:line): on
+# 2 cores that halves the -O2 -g compile time (tests/server/service/decode_test.cc under ASan+UBSan,
+# 32 -> 16 s), and the ASan build was CI's longest step.
 # Any report fails the run. Debian's libraries are not instrumented: tests/sanitizers/ holds the
 # few suppressions that need, each for library code only, each with its reason.
 # Usage: deploy/test-sanitizers.sh [asan] [tsan]        (default: both, in that order)
