@@ -12,7 +12,8 @@ DecodeMetricsListener::DecodeMetricsListener(metrics::DecodeMetrics* metrics) : 
 }
 
 void DecodeMetricsListener::OnIteration(const decoding::IterationReport& report) {
-  metrics_->RecordIteration(report.prefill_tokens, report.decode_tokens);
+  metrics_->RecordIteration(report.prefill_tokens, report.decode_tokens,
+                            static_cast<double>(report.compute_us) * 1e-6);
 }
 
 void DecodeMetricsListener::OnStepAnswered(int64_t latency_us, const absl::Status& /*status*/) {

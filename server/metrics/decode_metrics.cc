@@ -67,6 +67,14 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
                            .Help("Rows (prefill and decode) computed per decoding iteration.")
                            .Register(registry)
                            .Add({}, BatchTokenBuckets());
+  iteration_seconds_ =
+      &BuildHistogram()
+           .Name("attnserve_decode_iteration_seconds")
+           .Help(
+               "Compute time of one decoding iteration: its forward passes, without the time its "
+               "steps waited or were answered.")
+           .Register(registry)
+           .Add({}, LatencyBucketsSeconds());
   prometheus::Family<prometheus::Counter>& tokens =
       BuildCounter()
           .Name("attnserve_decode_tokens_total")
@@ -80,8 +88,10 @@ prometheus::Counter& DecodeMetrics::ClosedCounter(const std::string& reason) {
   return closed_->Add({{"reason", reason}});
 }
 
-void DecodeMetrics::RecordIteration(int64_t prefill_tokens, int64_t decode_tokens) {
+void DecodeMetrics::RecordIteration(int64_t prefill_tokens, int64_t decode_tokens,
+                                    double compute_seconds) {
   iteration_tokens_->Observe(static_cast<double>(prefill_tokens + decode_tokens));
+  iteration_seconds_->Observe(compute_seconds);
   prefill_tokens_->Increment(static_cast<double>(prefill_tokens));
   decode_tokens_->Increment(static_cast<double>(decode_tokens));
 }

@@ -2,7 +2,9 @@
 //
 // Events (built once in the constructor; the hot path only increments or observes cached
 // children): attnserve_decode_sessions_closed_total{reason}, attnserve_decode_step_latency_seconds,
-// attnserve_decode_iteration_tokens, attnserve_decode_tokens_total{kind="prefill|decode"}.
+// attnserve_decode_iteration_tokens, attnserve_decode_iteration_seconds (one iteration's forward
+// passes, without the time its steps waited or their answers), and
+// attnserve_decode_tokens_total{kind="prefill|decode"}.
 // States, read from the runtime at scrape time (like attnserve_queue_depth, so they cost the
 // decoding loop nothing): attnserve_kv_cache_bytes{state="used|capacity"} and
 // attnserve_decode_sessions_open. The layer above feeds it (it knows no decoding types).
@@ -43,8 +45,8 @@ class DecodeMetrics {
   prometheus::Counter& ClosedCounter(const std::string& reason);
   // One answered step, `seconds` after it was accepted.
   void RecordStep(double seconds) { step_latency_->Observe(seconds); }
-  // One iteration of the decoding loop.
-  void RecordIteration(int64_t prefill_tokens, int64_t decode_tokens);
+  // One iteration of the decoding loop, whose forward passes took `compute_seconds`.
+  void RecordIteration(int64_t prefill_tokens, int64_t decode_tokens, double compute_seconds);
 
   // Where the scrape-time gauges are read. Set once, before the metrics are exposed; the source
   // must stay callable while they are. Unset: no samples.
@@ -58,6 +60,7 @@ class DecodeMetrics {
   prometheus::Family<prometheus::Counter>* closed_;
   prometheus::Histogram* step_latency_;
   prometheus::Histogram* iteration_tokens_;
+  prometheus::Histogram* iteration_seconds_;
   prometheus::Counter* prefill_tokens_;
   prometheus::Counter* decode_tokens_;
   std::shared_ptr<GaugeCollectable> gauges_;

@@ -241,6 +241,10 @@ TEST_F(DecodeTest, CancelledStreamFreesAllItsCache) {
   EXPECT_EQ(ValueOf(*samples, "attnserve_decode_tokens_total{kind=\"prefill\"}"), 60);
   EXPECT_EQ(ValueOf(*samples, "attnserve_decode_step_latency_seconds_count"), 2);
   EXPECT_GE(ValueOf(*samples, "attnserve_decode_iteration_tokens_count"), 1);
+  // Every iteration's compute time is observed, and it took some.
+  EXPECT_EQ(ValueOf(*samples, "attnserve_decode_iteration_seconds_count"),
+            ValueOf(*samples, "attnserve_decode_iteration_tokens_count"));
+  EXPECT_GT(ValueOf(*samples, "attnserve_decode_iteration_seconds_sum"), 0);
 }
 
 TEST_F(DecodeTest, BudgetExhaustionFailsOneStepWhileOthersContinue) {
