@@ -31,6 +31,7 @@ HISTOGRAMS = [
     "attnserve_batch_tokens",
     "attnserve_decode_step_latency_seconds",
     "attnserve_decode_iteration_tokens",
+    "attnserve_decode_iteration_seconds",
 ]
 PLAIN = [
     "attnserve_requests_total",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end check of attnserve's /metrics with a real Prometheus (issue 5):
 #   attnserve (ephemeral gRPC and metrics ports) ← Prometheus scraping every 1 s (its config
-#   derived from deploy/prometheus.yml) ← attnserve-cli bench driving ~300 unary Attend calls,
+#   derived from deploy/prometheus.yml) ← attnserve-cli bench driving ~300 unary Attend calls and
+#   six short runs of decoding sessions,
 #   plus calls that fail (INVALID_ARGUMENT: too long a sequence, two `attnserve-cli attend`;
 #   NOT_FOUND: model "nope"). Then asks Prometheus' HTTP API for what the dashboard plots and
 #   checks the answers are plausible.
@@ -147,6 +148,11 @@ sys.exit("errors: " + json.dumps(r["errors"])) if r["errors"] else print(r["ok"]
     "$tmp/load_$round.json") ||
     fail "attnserve-cli bench round $round: $ok"
   ok_sent=$((ok_sent + ok))
+  # Decoding sessions too (the dashboard's decoding row): 4 sessions, 8-row prompts, 8 steps.
+  cli_call bench --model demo --sessions 4 --context 8 --steps 8 --json \
+    >"$tmp/decode_$round.json" 2>"$tmp/decode_$round.err" ||
+    fail "attnserve-cli bench --sessions round $round failed:" \
+      "$(cat "$tmp/decode_$round.err" "$tmp/decode_$round.json")"
   sleep 0.5
 done
 # Failures the server must count: a sequence over --max-sequence-length (64 here) is
@@ -229,6 +235,22 @@ for name in ["attnserve_queue_duration_seconds_count", "attnserve_compute_durati
 tokens = total('attnserve_tokens_total{job="attnserve"}')
 if tokens < 16 * ok_sent:
     failures.append(f"attnserve_tokens_total {tokens} < 16 tokens x {ok_sent} requests")
+# Decoding: six runs of 4 sessions, each an 8-row prompt then 8 one-row steps, closed at the end.
+decode_counts = {
+    'attnserve_decode_tokens_total{job="attnserve", kind="prefill"}': 6 * 4 * 8,
+    'attnserve_decode_tokens_total{job="attnserve", kind="decode"}': 6 * 4 * 8,
+    'attnserve_decode_step_latency_seconds_count{job="attnserve"}': 6 * 4 * 9,
+    'attnserve_decode_sessions_closed_total{job="attnserve"}': 6 * 4,
+}
+for q, expected in decode_counts.items():
+    if total(q) < expected:
+        failures.append(f"{q}: {total(q):.0f}, expected >= {expected}")
+iterations = total('attnserve_decode_iteration_seconds_count{job="attnserve"}')
+compute = total('attnserve_decode_iteration_seconds_sum{job="attnserve"}')
+print(f"  decoding: {iterations:.0f} iterations, {compute * 1e3:.1f} ms of compute")
+if not (iterations >= 6 * 9 and compute > 0):
+    failures.append(f"attnserve_decode_iteration_seconds: {iterations} iterations (expected"
+                    f" >= {6 * 9}), sum {compute} s (expected > 0)")
 loaded = query('attnserve_model_loaded{job="attnserve", model="demo"}')
 if [v for _, v in loaded] != [1.0]:
     failures.append(f'attnserve_model_loaded{{model="demo"}} should be 1, got {loaded}')
