@@ -7,7 +7,7 @@
 #          OpenMP thread
 # The asan preset compiles at -O1 -g1 (line tables only: reports still name file:line): on 2 cores
 # that halves the -O2 -g compile time (tests/server/service/decode_test.cc under ASan+UBSan,
-# 32 -> 16 s; the whole build 22.5 -> ~13 min), and it was CI's longest step. tsan stays at -O2 -g:
+# 32 -> 16 s; the whole build 22.5 -> ~14 min), and it was CI's longest step. tsan stays at -O2 -g:
 # its suppressions name gRPC's frames as -O2 inlines them (at -O1 a std::atomic load inside
 # CallOnDone becomes the top frame and escapes race_top).
 # Any report fails the run. Debian's libraries are not instrumented: tests/sanitizers/ holds the

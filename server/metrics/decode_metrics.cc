@@ -71,8 +71,8 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
       &BuildHistogram()
            .Name("attnserve_decode_iteration_seconds")
            .Help(
-               "Compute time of one decoding iteration: its forward passes, without the time its "
-               "steps waited or were answered.")
+               "Compute time of one decoding iteration: its steps' checks and forward passes, "
+               "without the time the steps waited or were answered.")
            .Register(registry)
            .Add({}, LatencyBucketsSeconds());
   prometheus::Family<prometheus::Counter>& tokens =

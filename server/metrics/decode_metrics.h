@@ -2,8 +2,8 @@
 //
 // Events (built once in the constructor; the hot path only increments or observes cached
 // children): attnserve_decode_sessions_closed_total{reason}, attnserve_decode_step_latency_seconds,
-// attnserve_decode_iteration_tokens, attnserve_decode_iteration_seconds (one iteration's forward
-// passes, without the time its steps waited or their answers), and
+// attnserve_decode_iteration_tokens, attnserve_decode_iteration_seconds (one iteration's checks and
+// forward passes, without the time its steps waited or their answers), and
 // attnserve_decode_tokens_total{kind="prefill|decode"}.
 // States, read from the runtime at scrape time (like attnserve_queue_depth, so they cost the
 // decoding loop nothing): attnserve_kv_cache_bytes{state="used|capacity"} and

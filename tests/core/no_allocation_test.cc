@@ -107,7 +107,7 @@ void* operator new(size_t size, std::align_val_t align, const std::nothrow_t&) n
 void* operator new[](size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
   return Allocate(size, static_cast<size_t>(align), __builtin_return_address(0), true);
 }
-// These deletes free what Allocate took with malloc. GCC (at -O1, the sanitizer builds) inlines
+// These deletes free what Allocate took with malloc. GCC (at -O1, the asan build) inlines
 // them into a `new T` of this file and, not seeing that the replaced operator new also mallocs,
 // reports a mismatch that is not one.
 #pragma GCC diagnostic push
