@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,8 +136,15 @@ TEST(BalancingTest, RoundRobinAlternatesOverEveryAddress) {
   ScriptedServer a, b;
   std::unique_ptr<ac::Client> client =
       Connect(absl::StrCat("ipv4:", a.address(), ",", b.address()));
-  // The first calls may all go to whichever connection is ready first.
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(AttendOnce(*client).ok());
+  // The first calls may all go to whichever connection is ready first: call until both have
+  // served one (under load the second connection can take more than a few calls; bounded).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int i = 0; i < 2000 && (a.calls() == 0 || b.calls() == 0); ++i) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "one address never got a call";
+    ASSERT_TRUE(AttendOnce(*client).ok());
+  }
+  ASSERT_GT(a.calls(), 0);
+  ASSERT_GT(b.calls(), 0);
   const int a_before = a.calls(), b_before = b.calls();
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(AttendOnce(*client).ok());
   EXPECT_EQ(a.calls() - a_before, 10);
