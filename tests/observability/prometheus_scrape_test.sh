@@ -189,6 +189,13 @@ P99 = 'histogram_quantile(0.99, sum by (le) (rate(attnserve_request_duration_sec
 OK = 'attnserve_requests_total{job="attnserve", code="OK", method="Attend"}'
 INVALID = 'attnserve_requests_total{job="attnserve", code="INVALID_ARGUMENT", method="Attend"}'
 UNKNOWN = 'attnserve_requests_total{job="attnserve", code="NOT_FOUND", model="<unknown>"}'
+# Decoding: six runs of 4 sessions, each an 8-row prompt then 8 one-row steps, closed at the end.
+decode_counts = {
+    'attnserve_decode_tokens_total{job="attnserve", kind="prefill"}': 6 * 4 * 8,
+    'attnserve_decode_tokens_total{job="attnserve", kind="decode"}': 6 * 4 * 8,
+    'attnserve_decode_step_latency_seconds_count{job="attnserve"}': 6 * 4 * 9,
+    'attnserve_decode_sessions_closed_total{job="attnserve"}': 6 * 4,
+}
 # Wait until the last requests are scraped: all counts reached and a finite p99.
 poll_start = time.monotonic()
 deadline = poll_start + 20
@@ -196,7 +203,8 @@ while True:
     p99 = query(P99)
     got = {"ok": total(OK), "invalid": total(INVALID), "unknown": total(UNKNOWN)}
     done = (p99 and math.isfinite(p99[0][1]) and got["ok"] >= ok_sent and got["invalid"] >= 2
-            and got["unknown"] >= 1)
+            and got["unknown"] >= 1
+            and all(total(q) >= expected for q, expected in decode_counts.items()))
     if done or time.monotonic() > deadline:
         break
     time.sleep(0.5)
@@ -235,13 +243,6 @@ for name in ["attnserve_queue_duration_seconds_count", "attnserve_compute_durati
 tokens = total('attnserve_tokens_total{job="attnserve"}')
 if tokens < 16 * ok_sent:
     failures.append(f"attnserve_tokens_total {tokens} < 16 tokens x {ok_sent} requests")
-# Decoding: six runs of 4 sessions, each an 8-row prompt then 8 one-row steps, closed at the end.
-decode_counts = {
-    'attnserve_decode_tokens_total{job="attnserve", kind="prefill"}': 6 * 4 * 8,
-    'attnserve_decode_tokens_total{job="attnserve", kind="decode"}': 6 * 4 * 8,
-    'attnserve_decode_step_latency_seconds_count{job="attnserve"}': 6 * 4 * 9,
-    'attnserve_decode_sessions_closed_total{job="attnserve"}': 6 * 4,
-}
 for q, expected in decode_counts.items():
     if total(q) < expected:
         failures.append(f"{q}: {total(q):.0f}, expected >= {expected}")
