@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -144,14 +145,229 @@ ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilitie
   }
 }
 
-// AttendRow for head_dim == kDim, or any head_dim (read from `a`) when kDim is 0. A compile-time
-// width lets the compiler unroll the dot products and keep the output row in registers across all
-// keys instead of loading and storing it once per key.
-template <int64_t kDim>
-ATTNSERVE_INLINE void AttendRowOfWidth(const RowAttention& a, const float* q, float* probabilities,
-                                       float* out) {
+// 16 floats as one value: a zmm register in the AVX-512 clone, two ymm or four xmm in the others
+// (GCC vector extensions are lowered per target). The fixed-width kernel below is written on
+// these rather than `omp simd` loops, whose reductions GCC ends with 15 dependent scalar adds per
+// key and whose accumulators it keeps on the stack (a store-to-load chain per key).
+// The helpers taking or returning them are always inlined, so GCC's warning that such values
+// change the calling convention between clones (-Wpsabi, reported where the clones are emitted,
+// hence for the whole file) does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+using Vec16 = float __attribute__((vector_size(64)));
+using Vec16i = int32_t __attribute__((vector_size(64)));
+using Vec16u32 = uint32_t __attribute__((vector_size(64)));
+using Vec16u16 = uint16_t __attribute__((vector_size(32)));
+constexpr int64_t kVecFloats = 16;
+
+ATTNSERVE_INLINE Vec16 Load16(const float* p) {
+  Vec16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// bf16 widened exactly, as Widen above.
+ATTNSERVE_INLINE Vec16 Load16(const uint16_t* p) {
+  Vec16u16 h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<Vec16>(__builtin_convertvector(h, Vec16u32) << 16);
+}
+
+// 32 consecutive elements as two vectors. In natural order: elements 0-15 and 16-31. In paired
+// order: the even elements and the odd ones. A bf16 row is read in paired order at one load, a
+// shift and a mask per 32 elements (a pair of bf16 is one 32-bit lane: the even element in its low
+// half), where natural order needs four widening moves and two inserts. A row's query and output
+// use the order of its cache, and the odd fp32 segment in it (the step's own key) is shuffled.
+struct Pair {
+  Vec16 first, second;
+};
+
+template <bool kPaired>
+ATTNSERVE_INLINE Pair LoadPair(const float* p) {
+  const Vec16 low = Load16(p), high = Load16(p + kVecFloats);
+  if constexpr (!kPaired) return {low, high};
+  return {__builtin_shuffle(low, high,
+                            Vec16i{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}),
+          __builtin_shuffle(low, high,
+                            Vec16i{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})};
+}
+
+template <bool kPaired>
+ATTNSERVE_INLINE Pair LoadPair(const uint16_t* p) {
+  if constexpr (!kPaired) return {Load16(p), Load16(p + kVecFloats)};
+  Vec16u32 both;
+  std::memcpy(&both, p, sizeof both);
+  return {reinterpret_cast<Vec16>(both << 16), reinterpret_cast<Vec16>(both & 0xffff0000u)};
+}
+
+// Writes a pair back as 32 consecutive floats (LoadPair<kPaired>(float*) undone).
+template <bool kPaired>
+ATTNSERVE_INLINE void StorePair(const Pair& pair, float* p) {
+  Vec16 low = pair.first, high = pair.second;
+  if constexpr (kPaired) {
+    low = __builtin_shuffle(pair.first, pair.second,
+                            Vec16i{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23});
+    high = __builtin_shuffle(pair.first, pair.second,
+                             Vec16i{8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31});
+  }
+  std::memcpy(p, &low, sizeof low);
+  std::memcpy(p + kVecFloats, &high, sizeof high);
+}
+
+// Σ lanes as a tree: four shuffle-add steps instead of a chain of 15 adds.
+ATTNSERVE_INLINE float HorizontalSum(Vec16 v) {
+  v += __builtin_shuffle(v, Vec16i{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, Vec16i{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
+  v += __builtin_shuffle(v, Vec16i{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
+  v += __builtin_shuffle(v, Vec16i{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
+  return v[0];
+}
+
+// Σ lanes of a, b, c and d at once, in lanes 0, 4, 8 and 12 of the result: four keys' sums share
+// one shuffle-add tree (13 operations instead of 4 × 8).
+ATTNSERVE_INLINE Vec16 HorizontalSum4(Vec16 a, Vec16 b, Vec16 c, Vec16 d) {
+  constexpr Vec16i kLowHalves{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+  constexpr Vec16i kHighHalves{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  const Vec16 ab = __builtin_shuffle(a, b, kLowHalves) + __builtin_shuffle(a, b, kHighHalves);
+  const Vec16 cd = __builtin_shuffle(c, d, kLowHalves) + __builtin_shuffle(c, d, kHighHalves);
+  // Lanes 0-3: a's four partial sums, 4-7: b's, 8-11: c's, 12-15: d's.
+  Vec16 t =
+      __builtin_shuffle(ab, cd, Vec16i{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}) +
+      __builtin_shuffle(ab, cd, Vec16i{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31});
+  t += __builtin_shuffle(t, Vec16i{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+  t += __builtin_shuffle(t, Vec16i{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+  return t;
+}
+
+// The products q · k (kDim/16 lanes each), before their lanes are summed; q in kPaired order.
+template <int64_t kDim, bool kPaired, typename T>
+ATTNSERVE_INLINE Vec16 DotLanes(const Vec16 (&q)[kDim / kVecFloats], const T* k) {
+  Vec16 first = {}, second = {};
+#pragma GCC unroll 4
+  for (int64_t j = 0; j < kDim / (2 * kVecFloats); ++j) {
+    const Pair x = LoadPair<kPaired>(k + 2 * j * kVecFloats);
+    first += q[2 * j] * x.first;
+    second += q[2 * j + 1] * x.second;
+  }
+  return first + second;
+}
+
+// Scores of keys [key, key + n) from `seg` (rows of T), four keys at a time, with AttendRow's
+// semantics: blocked keys -∞, the maximum over the others (NaN ignored) and their count.
+template <int64_t kDim, bool kPaired, typename T>
+ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, int64_t n,
+                                   int64_t key, const Vec16 (&q)[kDim / kVecFloats], float* scores,
+                                   float& max_score, int64_t& open_keys) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
-  const int64_t dim = kDim > 0 ? kDim : a.head_dim;
+  const T* k = static_cast<const T*>(seg.k);
+  const int64_t ld = seg.ld;
+  int64_t r = 0;
+  for (; r + 4 <= n; r += 4) {
+    const Vec16 sums = HorizontalSum4(
+        DotLanes<kDim, kPaired>(q, k + r * ld), DotLanes<kDim, kPaired>(q, k + (r + 1) * ld),
+        DotLanes<kDim, kPaired>(q, k + (r + 2) * ld), DotLanes<kDim, kPaired>(q, k + (r + 3) * ld));
+    for (int64_t i = 0; i < 4; ++i) scores[key + r + i] = a.scale * sums[4 * i];
+  }
+  for (; r < n; ++r)
+    scores[key + r] = a.scale * HorizontalSum(DotLanes<kDim, kPaired>(q, k + r * ld));
+  for (r = 0; r < n; ++r) {
+    const bool open = a.explicit_row == nullptr || a.explicit_row[key + r] != 0;
+    if (!open) scores[key + r] = kBlocked;
+    max_score = std::max(max_score, scores[key + r]);  // A NaN score leaves the maximum as it was.
+    open_keys += open;
+  }
+}
+
+// acc += Σ p[r] · V row r over n rows of `seg`, acc in kPaired order; zero probabilities skipped
+// (blocked keys' values may be anything, even non-finite).
+template <int64_t kDim, bool kPaired, typename T>
+ATTNSERVE_INLINE void AddSegmentValues(const KvSegment& seg, int64_t n, const float* p,
+                                       Vec16 (&acc)[kDim / kVecFloats]) {
+  const T* v = static_cast<const T*>(seg.v);
+  for (int64_t r = 0; r < n; ++r) {
+    if (p[r] == 0.0f) continue;
+    const Vec16 weight = Vec16{} + p[r];
+#pragma GCC unroll 4
+    for (int64_t j = 0; j < kDim / (2 * kVecFloats); ++j) {
+      const Pair x = LoadPair<kPaired>(v + r * seg.ld + 2 * j * kVecFloats);
+      acc[2 * j] += weight * x.first;
+      acc[2 * j + 1] += weight * x.second;
+    }
+  }
+}
+
+// AttendRow for a head width that is a multiple of 32, known at compile time: the query and the
+// output row stay in vector registers across all keys, in kPaired order (LoadPair).
+template <int64_t kDim, bool kPaired>
+ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, float* probabilities,
+                                   float* out) {
+  static_assert(kDim % (2 * kVecFloats) == 0);
+  constexpr int64_t kParts = kDim / kVecFloats;
+  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
+  const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
+  Vec16 q[kParts];
+  for (int64_t j = 0; j < kParts / 2; ++j) {
+    const Pair pair = LoadPair<kPaired>(q_row + 2 * j * kVecFloats);
+    q[2 * j] = pair.first;
+    q[2 * j + 1] = pair.second;
+  }
+
+  float max_score = kBlocked;
+  int64_t open_keys = 0;
+  int64_t key = 0;
+  const int64_t segments = static_cast<int64_t>(a.segments.size());
+  // Rows are prefetched two segments ahead: at 128 cached tokens of 64 sequences, one segment's
+  // work is shorter than an L3 miss. V's first segments are asked for before the softmax, which
+  // hides their latency.
+  for (int64_t si = 0; si < std::min<int64_t>(segments, 2); ++si) {
+    PrefetchRows(a.segments[si].k, a.segments[si], kDim);
+  }
+  for (int64_t si = 0; si < segments && key < limit; ++si) {
+    const KvSegment& seg = a.segments[si];
+    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].k, a.segments[si + 2], kDim);
+    const int64_t n = std::min(seg.count, limit - key);
+    if (seg.type == KvElementType::kBFloat16) {
+      ScoreSegment<kDim, kPaired, uint16_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
+    } else {
+      ScoreSegment<kDim, kPaired, float>(a, seg, n, key, q, probabilities, max_score, open_keys);
+    }
+    key += n;
+  }
+  for (int64_t si = 0; si < std::min<int64_t>(segments, 2); ++si) {
+    PrefetchRows(a.segments[si].v, a.segments[si], kDim);
+  }
+  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
+    case RowOutcome::kAllBlocked:
+      std::fill(out, out + kDim, 0.0f);
+      return;
+    case RowOutcome::kNoFiniteScore:
+      std::fill(out, out + kDim, std::numeric_limits<float>::quiet_NaN());
+      return;
+    case RowOutcome::kProbabilities:
+      break;
+  }
+  Vec16 acc[kParts] = {};
+  key = 0;
+  for (int64_t si = 0; si < segments && key < limit; ++si) {
+    const KvSegment& seg = a.segments[si];
+    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].v, a.segments[si + 2], kDim);
+    const int64_t n = std::min(seg.count, limit - key);
+    if (seg.type == KvElementType::kBFloat16) {
+      AddSegmentValues<kDim, kPaired, uint16_t>(seg, n, probabilities + key, acc);
+    } else {
+      AddSegmentValues<kDim, kPaired, float>(seg, n, probabilities + key, acc);
+    }
+    key += n;
+  }
+  for (int64_t j = 0; j < kParts / 2; ++j) {
+    StorePair<kPaired>({acc[2 * j], acc[2 * j + 1]}, out + 2 * j * kVecFloats);
+  }
+}
+
+// AttendRow for any head_dim (read from `a`).
+ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, float* probabilities,
+                                        float* out) {
+  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
+  const int64_t dim = a.head_dim;
   const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
   std::fill(out, out + dim, 0.0f);
 
@@ -163,7 +379,6 @@ ATTNSERVE_INLINE void AttendRowOfWidth(const RowAttention& a, const float* q, fl
   if (segments > 0) PrefetchRows(a.segments[0].k, a.segments[0], dim);
   for (int64_t si = 0; si < segments; ++si) {
     const KvSegment& seg = a.segments[si];
-    // The next segment's keys while this one's are scored.
     if (si + 1 < segments) PrefetchRows(a.segments[si + 1].k, a.segments[si + 1], dim);
     const int64_t n = std::min(seg.count, limit - key);
     for (int64_t r = 0; r < n; ++r, ++key) {
@@ -184,13 +399,7 @@ ATTNSERVE_INLINE void AttendRowOfWidth(const RowAttention& a, const float* q, fl
     case RowOutcome::kProbabilities:
       break;
   }
-  if constexpr (kDim > 0) {
-    float sum[kDim] = {};  // A local array of constant size: the compiler keeps it in registers.
-    AddValues(a, probabilities, limit, sum, kDim);
-    std::copy(sum, sum + kDim, out);
-  } else {
-    AddValues(a, probabilities, limit, out, dim);
-  }
+  AddValues(a, probabilities, limit, out, dim);
 }
 
 #undef ATTNSERVE_INLINE
@@ -200,15 +409,20 @@ ATTNSERVE_INLINE void AttendRowOfWidth(const RowAttention& a, const float* q, fl
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
 ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, float* probabilities,
                                         float* out) {
+  // Rows over a bf16 cache are read in paired order (LoadPair).
+  const bool paired = !a.segments.empty() && a.segments[0].type == KvElementType::kBFloat16;
   switch (a.head_dim) {  // The common head widths, unrolled.
     case 32:
-      return AttendRowOfWidth<32>(a, q, probabilities, out);
+      return paired ? AttendRowVec<32, true>(a, q, probabilities, out)
+                    : AttendRowVec<32, false>(a, q, probabilities, out);
     case 64:
-      return AttendRowOfWidth<64>(a, q, probabilities, out);
+      return paired ? AttendRowVec<64, true>(a, q, probabilities, out)
+                    : AttendRowVec<64, false>(a, q, probabilities, out);
     case 128:
-      return AttendRowOfWidth<128>(a, q, probabilities, out);
+      return paired ? AttendRowVec<128, true>(a, q, probabilities, out)
+                    : AttendRowVec<128, false>(a, q, probabilities, out);
     default:
-      return AttendRowOfWidth<0>(a, q, probabilities, out);
+      return AttendRowAnyWidth(a, q, probabilities, out);
   }
 }
 
