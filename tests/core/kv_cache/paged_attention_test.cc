@@ -1,0 +1,207 @@
+// The decode kernel (AttendRow) on its own, against a naive double-precision softmax(q·Kᵀ)·V over
+// the same element values (bf16 rows widened exactly): every head-width path (32, 64 and 128 in
+// vector registers, 48 in the general loop), fp32 and bf16 rows, a bf16 cache followed by one fp32
+// key (a step's own key, read in the cache's order), segments whose lengths are not multiples of
+// the four keys scored together, causal limits, explicit masks and the rows' edge cases.
+#include "core/kv_cache/paged_attention.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bf16_conversion.h"
+#include "gtest/gtest.h"
+
+namespace attnserve::testing {
+namespace {
+
+using core::AttendRow;
+using core::KvElementType;
+using core::KvSegment;
+using core::RowAttention;
+
+constexpr int64_t kLd = 3;  // Rows sit kLd · head_dim apart, as a head's rows in a block do.
+
+// One run of keys stored as `type`, with the values the kernel must read (bf16 widened exactly).
+struct KeyRun {
+  KvElementType type;
+  int64_t count;
+  std::vector<float> k{}, v{};              // [count, kLd · head_dim] as fp32 storage...
+  std::vector<uint16_t> k16{}, v16{};       // ...or as bf16 storage.
+  std::vector<float> k_exact{}, v_exact{};  // [count, head_dim]: what the kernel reads.
+};
+
+KeyRun MakeRun(KvElementType type, int64_t count, int64_t dim, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  KeyRun run{.type = type, .count = count};
+  const int64_t ld = kLd * dim;
+  run.k.resize(count * ld);
+  run.v.resize(count * ld);
+  for (float& x : run.k) x = normal(rng);
+  for (float& x : run.v) x = normal(rng);
+  if (type == KvElementType::kBFloat16) {
+    run.k16.resize(run.k.size());
+    run.v16.resize(run.v.size());
+    core::RoundToBf16(run.k.data(), static_cast<int64_t>(run.k.size()), run.k16.data());
+    core::RoundToBf16(run.v.data(), static_cast<int64_t>(run.v.size()), run.v16.data());
+    core::WidenBf16(run.k16.data(), static_cast<int64_t>(run.k16.size()), run.k.data());
+    core::WidenBf16(run.v16.data(), static_cast<int64_t>(run.v16.size()), run.v.data());
+  }
+  for (int64_t r = 0; r < count; ++r) {
+    run.k_exact.insert(run.k_exact.end(), run.k.begin() + r * ld, run.k.begin() + r * ld + dim);
+    run.v_exact.insert(run.v_exact.end(), run.v.begin() + r * ld, run.v.begin() + r * ld + dim);
+  }
+  return run;
+}
+
+KvSegment SegmentOf(const KeyRun& run, int64_t dim) {
+  const bool bf16 = run.type == KvElementType::kBFloat16;
+  return {.k = bf16 ? static_cast<const void*>(run.k16.data()) : run.k.data(),
+          .v = bf16 ? static_cast<const void*>(run.v16.data()) : run.v.data(),
+          .count = run.count,
+          .ld = kLd * dim,
+          .type = run.type};
+}
+
+// softmax(scale · q·Kᵀ over the open keys below `limit`) · V in double; zeros if none is open.
+std::vector<double> Reference(const std::vector<KeyRun>& runs, const std::vector<float>& q,
+                              double scale, int64_t limit, const std::vector<uint8_t>& mask) {
+  const auto dim = static_cast<int64_t>(q.size());
+  std::vector<double> scores, values;
+  int64_t key = 0;
+  for (const KeyRun& run : runs) {
+    for (int64_t r = 0; r < run.count; ++r, ++key) {
+      if (key >= limit || (!mask.empty() && mask[key] == 0)) continue;
+      double s = 0.0;
+      for (int64_t i = 0; i < dim; ++i) s += double{q[i]} * run.k_exact[r * dim + i];
+      scores.push_back(scale * s);
+      values.insert(values.end(), run.v_exact.begin() + r * dim,
+                    run.v_exact.begin() + (r + 1) * dim);
+    }
+  }
+  std::vector<double> out(dim, 0.0);
+  if (scores.empty()) return out;
+  double max = scores[0], sum = 0.0;
+  for (double s : scores) max = std::max(max, s);
+  for (double& s : scores) sum += (s = std::exp(s - max));
+  for (size_t j = 0; j < scores.size(); ++j) {
+    for (int64_t i = 0; i < dim; ++i) out[i] += scores[j] / sum * values[j * dim + i];
+  }
+  return out;
+}
+
+struct KernelCase {
+  int64_t head_dim;
+  KvElementType cache_type;
+  bool own_fp32_key;  // A last run of one fp32 key (the step's own K/V).
+};
+
+class PagedAttentionTest : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(PagedAttentionTest, EqualsDoublePrecisionReference) {
+  const KernelCase c = GetParam();
+  const int64_t dim = c.head_dim;
+  std::mt19937 rng(static_cast<unsigned>(dim * 7 + c.own_fp32_key));
+  // Block-sized runs and short ones: 4-key groups with 0-3 keys left over.
+  std::vector<KeyRun> runs;
+  for (int64_t count : {16, 16, 7, 1, 6}) runs.push_back(MakeRun(c.cache_type, count, dim, rng));
+  if (c.own_fp32_key) runs.push_back(MakeRun(KvElementType::kFloat32, 1, dim, rng));
+  std::vector<KvSegment> segments;
+  int64_t keys = 0;
+  for (const KeyRun& run : runs) {
+    segments.push_back(SegmentOf(run, dim));
+    keys += run.count;
+  }
+  std::vector<float> q(dim);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : q) x = normal(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<uint8_t> mask(keys);
+  for (int64_t j = 0; j < keys; ++j) mask[j] = j % 5 != 2;
+
+  for (const bool masked : {false, true}) {
+    for (const int64_t limit : {keys, keys - 3, int64_t{17}, int64_t{1}}) {
+      SCOPED_TRACE(::testing::Message() << "masked " << masked << ", limit " << limit);
+      const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
+      const RowAttention a{.segments = segments,
+                           .keys = keys,
+                           .head_dim = dim,
+                           .scale = scale,
+                           .visible_limit = limit,
+                           .explicit_row = masked ? mask.data() : nullptr};
+      std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
+      AttendRow(a, q.data(), probabilities.data(), out.data());
+      const std::vector<double> expected = Reference(runs, q, scale, limit, row_mask);
+      for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[i], expected[i], 1e-5) << "element " << i;
+      double sum = 0.0;
+      for (int64_t j = 0; j < keys; ++j) {
+        if (j >= limit || (masked && mask[j] == 0)) {
+          EXPECT_EQ(probabilities[j], 0.0f) << j;
+        }
+        sum += probabilities[j];
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
+}
+
+// Blocked keys are never read into the output, whatever their values; a row with every key
+// blocked answers zeros (not NaN).
+TEST_P(PagedAttentionTest, BlockedKeysAndFullyBlockedRows) {
+  const KernelCase c = GetParam();
+  const int64_t dim = c.head_dim;
+  std::mt19937 rng(5);
+  KeyRun run = MakeRun(c.cache_type, 9, dim, rng);
+  // Key 8 (past the causal limit) and key 3 (masked) hold NaN.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t bad : {3, 8}) {
+    for (int64_t i = 0; i < dim; ++i) {
+      run.k[bad * kLd * dim + i] = run.v[bad * kLd * dim + i] = nan;
+      if (!run.k16.empty()) run.k16[bad * kLd * dim + i] = run.v16[bad * kLd * dim + i] = 0x7fc0;
+    }
+  }
+  const KvSegment segment = SegmentOf(run, dim);
+  std::vector<uint8_t> mask(9, 1);
+  mask[3] = 0;
+  std::vector<float> q(dim, 0.5f), probabilities(9), out(dim);
+  RowAttention a{.segments = {&segment, 1},
+                 .keys = 9,
+                 .head_dim = dim,
+                 .scale = 0.125f,
+                 .visible_limit = 8,
+                 .explicit_row = mask.data()};
+  AttendRow(a, q.data(), probabilities.data(), out.data());
+  for (float x : out) ASSERT_TRUE(std::isfinite(x));
+
+  a.visible_limit = 0;
+  AttendRow(a, q.data(), probabilities.data(), out.data());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+  for (float p : probabilities) EXPECT_EQ(p, 0.0f);
+}
+
+std::string CaseName(const ::testing::TestParamInfo<KernelCase>& param_info) {
+  const KernelCase& c = param_info.param;
+  std::string name = "d";
+  name += std::to_string(c.head_dim);
+  name += c.cache_type == KvElementType::kBFloat16 ? "_bf16" : "_fp32";
+  if (c.own_fp32_key) name += "_with_fp32_key";
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Widths, PagedAttentionTest,
+                         ::testing::Values(KernelCase{32, KvElementType::kFloat32, false},
+                                           KernelCase{64, KvElementType::kFloat32, false},
+                                           KernelCase{128, KvElementType::kFloat32, false},
+                                           KernelCase{48, KvElementType::kFloat32, false},
+                                           KernelCase{32, KvElementType::kBFloat16, true},
+                                           KernelCase{64, KvElementType::kBFloat16, false},
+                                           KernelCase{64, KvElementType::kBFloat16, true},
+                                           KernelCase{128, KvElementType::kBFloat16, true},
+                                           KernelCase{48, KvElementType::kBFloat16, true}),
+                         CaseName);
+
+}  // namespace
+}  // namespace attnserve::testing
