@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/util/exp_non_positive.h"
 #include "core/util/per_isa_clones.h"
 
 namespace attnserve::core {
@@ -117,12 +118,23 @@ ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t key
     // check with a wrong output. NaN makes it fail (OutOfRange), as an uncached forward does.
     return open_keys > 0 ? RowOutcome::kNoFiniteScore : RowOutcome::kAllBlocked;
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < limit; ++j) {
-    const float e = std::exp(scores[j] - max_score);  // exp(-∞) = 0 for blocked keys.
-    scores[j] = e;
-    sum += e;
+  // kLanes partial sums, so that the loop vectorises without -ffast-math.
+  float lane_sum[kLanes] = {};
+  const int64_t full = limit - limit % kLanes;
+  for (int64_t j = 0; j < full; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float e = ExpNonPositive(scores[j + l] - max_score);  // 0 for blocked keys (-∞).
+      scores[j + l] = e;
+      lane_sum[l] += e;
+    }
   }
+  for (int64_t j = full; j < limit; ++j) {
+    const float e = ExpNonPositive(scores[j] - max_score);
+    scores[j] = e;
+    lane_sum[0] += e;
+  }
+  float sum = 0.0f;
+  for (float partial : lane_sum) sum += partial;
   const float inverse = 1.0f / sum;
   for (int64_t j = 0; j < limit; ++j) scores[j] *= inverse;
   return RowOutcome::kProbabilities;
