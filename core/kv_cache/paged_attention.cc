@@ -282,8 +282,9 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
         DotLanes<kDim, kPaired>(q, k + (r + 2) * ld), DotLanes<kDim, kPaired>(q, k + (r + 3) * ld));
     for (int64_t i = 0; i < 4; ++i) scores[key + r + i] = a.scale * sums[4 * i];
   }
-  for (; r < n; ++r)
+  for (; r < n; ++r) {
     scores[key + r] = a.scale * HorizontalSum(DotLanes<kDim, kPaired>(q, k + r * ld));
+  }
   for (r = 0; r < n; ++r) {
     const bool open = a.explicit_row == nullptr || a.explicit_row[key + r] != 0;
     if (!open) scores[key + r] = kBlocked;
