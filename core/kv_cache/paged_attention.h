@@ -3,8 +3,9 @@
 // AttendRow is plain C++ on GCC vector types, compiled once per ISA level: for T = 1 a step is a
 // GEMV per head, bound by reading K and V, where oneDNN's matmul setup per block would dominate.
 // For head widths 32, 64 and 128 the query and the output row stay in registers, four keys'
-// dot products share one reduction, and bf16 rows are widened two elements per 32-bit lane. AttendRows, for T > 1 rows of one sequence (a prefill chunk), gathers the keys once
-// and runs Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per row).
+// dot products share one reduction, and bf16 rows are widened two elements per 32-bit lane.
+// AttendRows, for T > 1 rows of one sequence (a prefill chunk), gathers the keys once and runs
+// Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per row).
 //
 // Pure functions on caller-owned memory; thread-safe.
 #ifndef ATTNSERVE_CORE_KV_CACHE_PAGED_ATTENTION_H_
