@@ -158,7 +158,8 @@ ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilitie
 }
 
 // 16 floats as one value: a zmm register in the AVX-512 clone, two ymm or four xmm in the others
-// (GCC vector extensions are lowered per target). The fixed-width kernel below is written on
+// (GCC vector extensions are lowered per target; shuffles use __builtin_shufflevector, which GCC
+// 12 and Clang both have: the fuzzers build with Clang). The fixed-width kernel below is written on
 // these rather than `omp simd` loops, whose reductions GCC ends with 15 dependent scalar adds per
 // key and whose accumulators it keeps on the stack (a store-to-load chain per key).
 // The helpers returning them are always inlined, so GCC's warning that such values change the
@@ -167,7 +168,6 @@ ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilitie
 // parameters in the baseline build whatever the pragma says).
 #pragma GCC diagnostic ignored "-Wpsabi"
 using Vec16 = float __attribute__((vector_size(64)));
-using Vec16i = int32_t __attribute__((vector_size(64)));
 using Vec16u32 = uint32_t __attribute__((vector_size(64)));
 using Vec16u16 = uint16_t __attribute__((vector_size(32)));
 constexpr int64_t kVecFloats = 16;
@@ -198,10 +198,10 @@ template <bool kPaired>
 ATTNSERVE_INLINE Pair LoadPair(const float* p) {
   const Vec16 low = Load16(p), high = Load16(p + kVecFloats);
   if constexpr (!kPaired) return {low, high};
-  return {__builtin_shuffle(low, high,
-                            Vec16i{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}),
-          __builtin_shuffle(low, high,
-                            Vec16i{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31})};
+  return {
+      __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+      __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                              31)};
 }
 
 template <bool kPaired>
@@ -217,10 +217,10 @@ template <bool kPaired>
 ATTNSERVE_INLINE void StorePair(const Pair& pair, float* p) {
   Vec16 low = pair.first, high = pair.second;
   if constexpr (kPaired) {
-    low = __builtin_shuffle(pair.first, pair.second,
-                            Vec16i{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23});
-    high = __builtin_shuffle(pair.first, pair.second,
-                             Vec16i{8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31});
+    low = __builtin_shufflevector(pair.first, pair.second, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21,
+                                  6, 22, 7, 23);
+    high = __builtin_shufflevector(pair.first, pair.second, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                   13, 29, 14, 30, 15, 31);
   }
   std::memcpy(p, &low, sizeof low);
   std::memcpy(p + kVecFloats, &high, sizeof high);
@@ -229,10 +229,10 @@ ATTNSERVE_INLINE void StorePair(const Pair& pair, float* p) {
 // Σ lanes as a tree: four shuffle-add steps instead of a chain of 15 adds.
 ATTNSERVE_INLINE float HorizontalSum(const Vec16& lanes) {
   Vec16 v = lanes;
-  v += __builtin_shuffle(v, Vec16i{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  v += __builtin_shuffle(v, Vec16i{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
-  v += __builtin_shuffle(v, Vec16i{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
-  v += __builtin_shuffle(v, Vec16i{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
+  v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+  v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+  v += __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
   return v[0];
 }
 
@@ -240,16 +240,18 @@ ATTNSERVE_INLINE float HorizontalSum(const Vec16& lanes) {
 // one shuffle-add tree (13 operations instead of 4 × 8).
 ATTNSERVE_INLINE Vec16 HorizontalSum4(const Vec16& a, const Vec16& b, const Vec16& c,
                                       const Vec16& d) {
-  constexpr Vec16i kLowHalves{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-  constexpr Vec16i kHighHalves{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-  const Vec16 ab = __builtin_shuffle(a, b, kLowHalves) + __builtin_shuffle(a, b, kHighHalves);
-  const Vec16 cd = __builtin_shuffle(c, d, kLowHalves) + __builtin_shuffle(c, d, kHighHalves);
+  const Vec16 ab =
+      __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+      __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const Vec16 cd =
+      __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+      __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
   // Lanes 0-3: a's four partial sums, 4-7: b's, 8-11: c's, 12-15: d's.
   Vec16 t =
-      __builtin_shuffle(ab, cd, Vec16i{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}) +
-      __builtin_shuffle(ab, cd, Vec16i{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31});
-  t += __builtin_shuffle(t, Vec16i{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-  t += __builtin_shuffle(t, Vec16i{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+      __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+      __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  t += __builtin_shufflevector(t, t, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
   return t;
 }
 
