@@ -7,6 +7,7 @@
 
 #include "core/util/exp_non_positive.h"
 #include "core/util/per_isa_clones.h"
+#include "core/util/row_max.h"
 
 namespace attnserve::core {
 namespace {
@@ -24,7 +25,6 @@ inline uint16_t RoundBf16(float value) {
 // compiler vectorises them without -ffast-math; `#pragma omp simd reduction` did the same on paper
 // but GCC 12 kept the partial sums in memory and ran 1.7x slower than oneDNN's softmax.
 constexpr int64_t kLanes = 16;
-using Vec16 = float __attribute__((vector_size(kLanes * sizeof(float))));
 
 ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int64_t keys,
                                                   const RowMask& mask,
@@ -50,17 +50,7 @@ ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int6
     return 0;
   }
 
-  // On a vector type: GCC 12 left the same loop over a float[kLanes] scalar (a load and a blend
-  // per score, a fifth of the row's time).
-  Vec16 lane_max = Vec16{} + kBlocked;
-  for (int64_t j = 0; j < full; j += kLanes) {
-    Vec16 x;
-    std::memcpy(&x, scores + j, sizeof x);
-    lane_max = lane_max < x ? x : lane_max;  // vmaxps (scores are never NaN).
-  }
-  float max_score = kBlocked;
-  for (int64_t l = 0; l < kLanes; ++l) max_score = std::max(max_score, lane_max[l]);
-  for (int64_t j = full; j < limit; ++j) max_score = std::max(max_score, scores[j]);
+  const float max_score = RowMax(scores, limit);
 
   float lane_sum[kLanes] = {};
   for (int64_t j = 0; j < full; j += kLanes) {

@@ -11,6 +11,7 @@
 
 #include "core/util/exp_non_positive.h"
 #include "core/util/per_isa_clones.h"
+#include "core/util/row_max.h"
 
 namespace attnserve::core {
 namespace {
@@ -224,23 +225,6 @@ ATTNSERVE_INLINE void StorePair(const Pair& pair, float* p) {
   }
   std::memcpy(p, &low, sizeof low);
   std::memcpy(p + kVecFloats, &high, sizeof high);
-}
-
-// The largest of row[0, n), NaN skipped (-∞ for none), 16 lanes at a time: GCC 12 leaves the scalar
-// std::max loop unvectorised (its NaN semantics forbid reordering a single accumulator), and in a
-// prefill chunk's rows × keys scores that loop took half of AttendRows' own time.
-ATTNSERVE_INLINE float RowMax(const float* row, int64_t n) {
-  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
-  Vec16 lanes = Vec16{} + kBlocked;
-  int64_t i = 0;
-  for (; i + kVecFloats <= n; i += kVecFloats) {
-    const Vec16 x = Load16(row + i);
-    lanes = lanes < x ? x : lanes;  // A NaN x compares false: skipped, as std::max skips it.
-  }
-  float max_score = kBlocked;
-  for (int64_t l = 0; l < kVecFloats; ++l) max_score = std::max(max_score, lanes[l]);
-  for (; i < n; ++i) max_score = std::max(max_score, row[i]);
-  return max_score;
 }
 
 // Σ lanes as a tree: four shuffle-add steps instead of a chain of 15 adds.
