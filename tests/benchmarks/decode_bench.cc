@@ -6,11 +6,10 @@
 //   BM_DecodeOneAtATime   the same 64 steps as 64 forwards of one sequence each.
 //   BM_DecodeLong         one sequence at 2048 cached tokens, one full decode step (projections
 //                         included: their 4 MiB of weights are read too).
-//   BM_PagedDecodeKernel  the attention kernel alone for that step (8 heads × 2048 keys), bytes =
-//                         the K and V read (2 × 2048 × 512 × 4 = 8.4 MB fp32, × 2 = 4.2 MB bf16).
-//   BM_MemoryRead         the machine's read bandwidth, for comparison: a vectorised sum over a
-//                         buffer on 2 OpenMP threads; 8 MiB (like the K/V above, L3-resident on
-//                         a 32 MiB L3) and 512 MiB (DRAM).
+//   BM_PagedDecodeKernel  the attention kernel alone: B:1/P:2048 for that step (8 heads × 2048
+//                         keys), bytes = the K and V read (2 × 2048 × 512 × 4 = 8.4 MB fp32, × 2 =
+//                         4.2 MB bf16); B:64/P:128 for BM_DecodeBatched's (33.6 MB fp32).
+// The machine's read bandwidth they compare with is BM_MemoryRead (ceiling_bench.cc).
 // Counters: tokens/s (items) and bytes/s (K/V bytes read, 4 or 2 per element). After each step the
 // sequences are cut back to their cached length (Commit + Trim, O(1)), so every iteration does the
 // same work.
@@ -28,7 +27,6 @@
 #include "core/kv_cache/cached_attention.h"
 #include "core/kv_cache/paged_attention.h"
 #include "core/onednn_support.h"
-#include "core/util/aligned_buffer.h"
 
 namespace attnserve {
 namespace {
@@ -176,62 +174,52 @@ void BM_DecodeLong(benchmark::State& state) {
 BENCHMARK(BM_DecodeLong)->ArgNames({"P", "bf16"})->Args({2048, 0})->Args({2048, 1})->UseRealTime();
 
 void BM_PagedDecodeKernel(benchmark::State& state) {
-  const int64_t past = state.range(0), dk = kD / kHeads;
-  const bool bf16 = state.range(1) != 0;
+  const int64_t b = state.range(0), past = state.range(1), dk = kD / kHeads;
+  const bool bf16 = state.range(2) != 0;
   if (!CanRun(state, bf16)) return;
-  DecodeSetup s(1, past, bf16);
-  const core::KvSequence& seq = s.seqs[0];
+  DecodeSetup s(b, past, bf16);
   const int64_t bt = s.pool->options().block_tokens;
-  const int64_t blocks = static_cast<int64_t>(seq.blocks.size());
+  const int64_t blocks = (past + bt - 1) / bt;
+  // Per (sequence, head): its blocks' segments, as CachedAttentionExecutor plans them.
   std::vector<core::KvSegment> segments;
-  for (int64_t head = 0; head < kHeads; ++head) {
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      segments.push_back({.k = s.pool->key_data(seq.blocks[blk], head),
-                          .v = s.pool->value_data(seq.blocks[blk], head),
-                          .count = std::min(bt, past - blk * bt),
-                          .ld = dk,
-                          .type = s.pool->element_type()});
+  for (const core::KvSequence& seq : s.seqs) {
+    for (int64_t head = 0; head < kHeads; ++head) {
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        segments.push_back({.k = s.pool->key_data(seq.blocks[blk], head),
+                            .v = s.pool->value_data(seq.blocks[blk], head),
+                            .count = std::min(bt, past - blk * bt),
+                            .ld = dk,
+                            .type = s.pool->element_type()});
+      }
     }
   }
-  const std::vector<float> q = Random(kD, 5);
-  std::vector<float> out(kD), probabilities(kHeads * past);
+  const std::vector<float> q = Random(b * kD, 5);
+  std::vector<float> out(b * kD), probabilities(kThreads * past);
+  const int64_t items = b * kHeads;
   omp_set_num_threads(kThreads);
   for (auto _ : state) {
-#pragma omp parallel for
-    for (int64_t head = 0; head < kHeads; ++head) {
-      const core::RowAttention a{.segments = std::span(segments).subspan(head * blocks, blocks),
+    // One item per (sequence, head), handed out as the executor does.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const core::RowAttention a{.segments = std::span(segments).subspan(item * blocks, blocks),
                                  .keys = past,
                                  .head_dim = dk,
                                  .scale = 0.125f,
                                  .visible_limit = past};
-      core::AttendRow(a, q.data() + head * dk, probabilities.data() + head * past,
-                      out.data() + head * dk);
+      core::AttendRow(a, q.data() + item * dk, probabilities.data() + omp_get_thread_num() * past,
+                      out.data() + item * dk);
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * 2 * past * kD * ElementBytes(bf16));
+  state.SetBytesProcessed(state.iterations() * b * 2 * past * kD * ElementBytes(bf16));
 }
 BENCHMARK(BM_PagedDecodeKernel)
-    ->ArgNames({"P", "bf16"})
-    ->Args({2048, 0})
-    ->Args({2048, 1})
+    ->ArgNames({"B", "P", "bf16"})
+    ->Args({1, 2048, 0})
+    ->Args({1, 2048, 1})
+    ->Args({64, 128, 0})
+    ->Args({64, 128, 1})
     ->UseRealTime();
-
-void BM_MemoryRead(benchmark::State& state) {
-  const int64_t n = state.range(0) / 4;
-  core::AlignedBuffer buffer(n);
-  float* data = buffer.data();
-  for (int64_t i = 0; i < n; ++i) data[i] = 1.0f;
-  omp_set_num_threads(kThreads);
-  for (auto _ : state) {
-    float sum = 0.0f;
-#pragma omp parallel for simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) sum += data[i];
-    benchmark::DoNotOptimize(sum);
-  }
-  state.SetBytesProcessed(state.iterations() * n * 4);
-}
-BENCHMARK(BM_MemoryRead)->ArgNames({"bytes"})->Arg(8 << 20)->Arg(512 << 20)->UseRealTime();
 
 }  // namespace
 }  // namespace attnserve
