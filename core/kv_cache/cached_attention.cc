@@ -331,6 +331,13 @@ absl::Status CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config
     values[t].Reserve(max_keys * dk);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  int64_t kv_bytes = 0;  // What this forward's decode rows read: K and V of every key.
+  for (const SequencePlan& p : plans) {
+    if (p.rows == 1 && p.segments > 0) {
+      kv_bytes += 2 * p.keys * d * ElementBytes(segments[p.segment].type);
+    }
+  }
+  const PrefetchTarget prefetch = PrefetchTargetFor(kv_bytes);
   const uint8_t* mask = in.mask.explicit_mask.empty() ? nullptr : in.mask.explicit_mask.data();
   float* w = weights.empty() ? nullptr : weights.data();
   bool gemm_failed = false;
@@ -358,6 +365,7 @@ absl::Status CachedAttentionExecutor::Impl::Attend(const AttentionConfig& config
     a.scale = scale;
     a.visible_limit = p.causal ? p.past + 1 : p.keys;
     a.explicit_row = mask == nullptr ? nullptr : mask + p.scores;
+    a.prefetch = prefetch;
     const float* q_head = q + p.q_row * q_ld + head * dk;
     if (p.rows == 1) {
       AttendRow(a, q_head, head_weights == nullptr ? prob : head_weights, out);

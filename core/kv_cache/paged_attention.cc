@@ -6,9 +6,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/util/exp_non_positive.h"
 #include "core/util/per_isa_clones.h"
 #include "core/util/row_max.h"
@@ -86,14 +89,45 @@ ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* 
 // of its cycles at 128 cached tokens). At most kPrefetchRows rows: past them a long segment is one
 // stream the hardware prefetcher follows, and asking for all of it at once would evict the rows
 // in use.
-ATTNSERVE_INLINE void PrefetchRows(const void* rows, const KvSegment& seg, int64_t head_dim) {
+template <int kLocality>
+ATTNSERVE_INLINE void PrefetchRowsTo(const void* rows, const KvSegment& seg, int64_t head_dim) {
   constexpr int64_t kLine = 64, kPrefetchRows = 32;
   const auto* base = static_cast<const char*>(rows);
   const int64_t row_bytes = head_dim * ElementBytes(seg.type);
   const int64_t ld_bytes = seg.ld * ElementBytes(seg.type);
   for (int64_t r = 0; r < std::min(seg.count, kPrefetchRows); ++r) {
-    for (int64_t b = 0; b < row_bytes; b += kLine) __builtin_prefetch(base + r * ld_bytes + b);
+    for (int64_t b = 0; b < row_bytes; b += kLine) {
+      __builtin_prefetch(base + r * ld_bytes + b, 0, kLocality);
+    }
   }
+}
+
+// Locality 3 is prefetcht0 (into L1), 2 is prefetcht1 (into L2).
+ATTNSERVE_INLINE void PrefetchRows(const void* rows, const KvSegment& seg, int64_t head_dim,
+                                   PrefetchTarget target) {
+  if (target == PrefetchTarget::kL2) return PrefetchRowsTo<2>(rows, seg, head_dim);
+  PrefetchRowsTo<3>(rows, seg, head_dim);
+}
+
+// The L3's size as the kernel reports it in sysfs, or 32 MiB if it cannot be read. Not glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE): it decodes cpuid, which a VM may fill in freely (320 MiB on
+// the 2-core development VM, whose L3 is 32 MiB).
+int64_t L3CacheBytes() {
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", index, "/");
+    std::ifstream level_file(dir + "level");
+    int level = 0;
+    if (!(level_file >> level)) break;
+    if (level != 3) continue;
+    std::ifstream size_file(dir + "size");
+    int64_t size = 0;
+    char unit = ' ';
+    if (!(size_file >> size >> unit) || size <= 0) break;
+    if (unit == 'K') return size << 10;
+    if (unit == 'M') return size << 20;
+    break;
+  }
+  return int64_t{32} << 20;
 }
 
 // What SoftmaxRow made of a row.
@@ -145,11 +179,11 @@ ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t key
 ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilities, int64_t limit,
                                 float* out, int64_t dim) {
   const int64_t segments = static_cast<int64_t>(a.segments.size());
-  if (segments > 0) PrefetchRows(a.segments[0].v, a.segments[0], dim);
+  if (segments > 0) PrefetchRows(a.segments[0].v, a.segments[0], dim, a.prefetch);
   int64_t key = 0;
   for (int64_t si = 0; si < segments && key < limit; ++si) {
     const KvSegment& seg = a.segments[si];
-    if (si + 1 < segments) PrefetchRows(a.segments[si + 1].v, a.segments[si + 1], dim);
+    if (si + 1 < segments) PrefetchRows(a.segments[si + 1].v, a.segments[si + 1], dim, a.prefetch);
     const int64_t n = std::min(seg.count, limit - key);
     for (int64_t r = 0; r < n; ++r, ++key) {
       const float p = probabilities[key];
@@ -338,11 +372,11 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
   // work is shorter than an L3 miss. V's first segments are asked for before the softmax, which
   // hides their latency.
   for (int64_t si = 0; si < std::min<int64_t>(segments, 2); ++si) {
-    PrefetchRows(a.segments[si].k, a.segments[si], kDim);
+    PrefetchRows(a.segments[si].k, a.segments[si], kDim, a.prefetch);
   }
   for (int64_t si = 0; si < segments && key < limit; ++si) {
     const KvSegment& seg = a.segments[si];
-    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].k, a.segments[si + 2], kDim);
+    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].k, a.segments[si + 2], kDim, a.prefetch);
     const int64_t n = std::min(seg.count, limit - key);
     if (seg.type == KvElementType::kBFloat16) {
       ScoreSegment<kDim, kPaired, uint16_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
@@ -352,7 +386,7 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
     key += n;
   }
   for (int64_t si = 0; si < std::min<int64_t>(segments, 2); ++si) {
-    PrefetchRows(a.segments[si].v, a.segments[si], kDim);
+    PrefetchRows(a.segments[si].v, a.segments[si], kDim, a.prefetch);
   }
   switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
     case RowOutcome::kAllBlocked:
@@ -368,7 +402,7 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
   key = 0;
   for (int64_t si = 0; si < segments && key < limit; ++si) {
     const KvSegment& seg = a.segments[si];
-    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].v, a.segments[si + 2], kDim);
+    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].v, a.segments[si + 2], kDim, a.prefetch);
     const int64_t n = std::min(seg.count, limit - key);
     if (seg.type == KvElementType::kBFloat16) {
       AddSegmentValues<kDim, kPaired, uint16_t>(seg, n, probabilities + key, acc);
@@ -395,10 +429,10 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
   int64_t open_keys = 0;
   int64_t key = 0;
   const int64_t segments = static_cast<int64_t>(a.segments.size());
-  if (segments > 0) PrefetchRows(a.segments[0].k, a.segments[0], dim);
+  if (segments > 0) PrefetchRows(a.segments[0].k, a.segments[0], dim, a.prefetch);
   for (int64_t si = 0; si < segments; ++si) {
     const KvSegment& seg = a.segments[si];
-    if (si + 1 < segments) PrefetchRows(a.segments[si + 1].k, a.segments[si + 1], dim);
+    if (si + 1 < segments) PrefetchRows(a.segments[si + 1].k, a.segments[si + 1], dim, a.prefetch);
     const int64_t n = std::min(seg.count, limit - key);
     for (int64_t r = 0; r < n; ++r, ++key) {
       const bool open = a.explicit_row == nullptr || a.explicit_row[key] != 0;
@@ -424,6 +458,11 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
 #undef ATTNSERVE_INLINE
 
 }  // namespace
+
+PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
+  static const int64_t l3_bytes = L3CacheBytes();
+  return kv_bytes > l3_bytes ? PrefetchTarget::kL2 : PrefetchTarget::kL1;
+}
 
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
 ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, float* probabilities,

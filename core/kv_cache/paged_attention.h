@@ -29,6 +29,18 @@ struct KvSegment {
   KvElementType type = KvElementType::kFloat32;
 };
 
+// Where AttendRow's prefetches bring the rows it is about to read.
+enum class PrefetchTarget {
+  kL1,  // The rows are likely in the L3: L1 prefetches hide its latency best.
+  // The rows likely come from DRAM: L2 prefetches keep more misses in flight than the L1's few
+  // miss buffers allow.
+  kL2,
+};
+
+// kL2 when the K and V one forward reads (`kv_bytes`) exceed the L3 cache, so that with the rest
+// of the step's data they cannot stay there between steps; kL1 otherwise. Thread-safe.
+PrefetchTarget PrefetchTargetFor(int64_t kv_bytes);
+
 // What one AttendRow call attends.
 struct RowAttention {
   std::span<const KvSegment> segments;  // In key order; their counts sum to `keys`.
@@ -39,6 +51,7 @@ struct RowAttention {
   int64_t visible_limit = 0;
   // Null, or `keys` bytes: 0 blocks the key.
   const uint8_t* explicit_row = nullptr;
+  PrefetchTarget prefetch = PrefetchTarget::kL1;
 };
 
 // out[head_dim] = softmax(scale · q·Kᵀ, blocked keys -∞) · V, with q, the scores, the softmax and

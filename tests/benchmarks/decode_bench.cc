@@ -196,6 +196,8 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
   const std::vector<float> q = Random(b * kD, 5);
   std::vector<float> out(b * kD), probabilities(kThreads * past);
   const int64_t items = b * kHeads;
+  const core::PrefetchTarget prefetch =
+      core::PrefetchTargetFor(b * 2 * past * kD * ElementBytes(bf16));  // As the executor picks.
   omp_set_num_threads(kThreads);
   for (auto _ : state) {
     // One item per (sequence, head), handed out as the executor does.
@@ -205,7 +207,8 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
                                  .keys = past,
                                  .head_dim = dk,
                                  .scale = 0.125f,
-                                 .visible_limit = past};
+                                 .visible_limit = past,
+                                 .prefetch = prefetch};
       core::AttendRow(a, q.data() + item * dk, probabilities.data() + omp_get_thread_num() * past,
                       out.data() + item * dk);
     }

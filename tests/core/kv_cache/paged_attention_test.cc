@@ -21,6 +21,8 @@ namespace {
 using core::AttendRow;
 using core::KvElementType;
 using core::KvSegment;
+using core::PrefetchTarget;
+using core::PrefetchTargetFor;
 using core::RowAttention;
 
 constexpr int64_t kLd = 3;  // Rows sit kLd · head_dim apart, as a head's rows in a block do.
@@ -124,28 +126,40 @@ TEST_P(PagedAttentionTest, EqualsDoublePrecisionReference) {
 
   for (const bool masked : {false, true}) {
     for (const int64_t limit : {keys, keys - 3, int64_t{17}, int64_t{1}}) {
-      SCOPED_TRACE(::testing::Message() << "masked " << masked << ", limit " << limit);
-      const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
-      const RowAttention a{.segments = segments,
-                           .keys = keys,
-                           .head_dim = dim,
-                           .scale = scale,
-                           .visible_limit = limit,
-                           .explicit_row = masked ? mask.data() : nullptr};
-      std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
-      AttendRow(a, q.data(), probabilities.data(), out.data());
-      const std::vector<double> expected = Reference(runs, q, scale, limit, row_mask);
-      for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[i], expected[i], 1e-5) << "element " << i;
-      double sum = 0.0;
-      for (int64_t j = 0; j < keys; ++j) {
-        if (j >= limit || (masked && mask[j] == 0)) {
-          EXPECT_EQ(probabilities[j], 0.0f) << j;
+      for (const PrefetchTarget prefetch : {PrefetchTarget::kL1, PrefetchTarget::kL2}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "masked " << masked << ", limit " << limit << ", prefetch to L"
+                     << (prefetch == PrefetchTarget::kL1 ? 1 : 2));
+        const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
+        const RowAttention a{.segments = segments,
+                             .keys = keys,
+                             .head_dim = dim,
+                             .scale = scale,
+                             .visible_limit = limit,
+                             .explicit_row = masked ? mask.data() : nullptr,
+                             .prefetch = prefetch};
+        std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
+        AttendRow(a, q.data(), probabilities.data(), out.data());
+        const std::vector<double> expected = Reference(runs, q, scale, limit, row_mask);
+        for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[i], expected[i], 1e-5) << "element " << i;
+        double sum = 0.0;
+        for (int64_t j = 0; j < keys; ++j) {
+          if (j >= limit || (masked && mask[j] == 0)) {
+            EXPECT_EQ(probabilities[j], 0.0f) << j;
+          }
+          sum += probabilities[j];
         }
-        sum += probabilities[j];
+        EXPECT_NEAR(sum, 1.0, 1e-5);
       }
-      EXPECT_NEAR(sum, 1.0, 1e-5);
     }
   }
+}
+
+// A forward whose K/V cannot fit any L3 prefetches into L2; a small one into L1.
+TEST(PrefetchTargetForTest, DependsOnWhetherTheKeysFitTheL3) {
+  EXPECT_EQ(PrefetchTargetFor(0), PrefetchTarget::kL1);
+  EXPECT_EQ(PrefetchTargetFor(int64_t{1} << 20), PrefetchTarget::kL1);
+  EXPECT_EQ(PrefetchTargetFor(int64_t{1} << 40), PrefetchTarget::kL2);
 }
 
 // Blocked keys are never read into the output, whatever their values; a row with every key
