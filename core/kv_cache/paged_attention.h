@@ -51,6 +51,8 @@ struct RowAttention {
   int64_t visible_limit = 0;
   // Null, or `keys` bytes: 0 blocks the key.
   const uint8_t* explicit_row = nullptr;
+  // Where the rows are prefetched to: the forward's choice from PrefetchTargetFor. Any value gives
+  // the same result.
   PrefetchTarget prefetch = PrefetchTarget::kL1;
 };
 
