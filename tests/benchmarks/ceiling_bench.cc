@@ -24,12 +24,15 @@
 #include "core/onednn_support.h"
 #include "core/util/aligned_buffer.h"
 #include "core/util/per_isa_clones.h"
+#include "tests/benchmarks/flop_counters.h"
 
 namespace attnserve {
 namespace {
 
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
+
+constexpr int kThreads = 2;  // As the forward and decode rows.
 
 void BM_Matmul(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
@@ -38,7 +41,7 @@ void BM_Matmul(benchmark::State& state) {
     state.SkipWithError("no bf16 kernels on this CPU");
     return;
   }
-  omp_set_num_threads(2);
+  omp_set_num_threads(kThreads);
   const dnnl::engine& engine = core::CpuEngine();
   dnnl::stream stream(engine);
   const dt operand = bf16 ? dt::bf16 : dt::f32;
@@ -64,13 +67,8 @@ void BM_Matmul(benchmark::State& state) {
     core::Execute(matmul, stream, args);
     stream.wait();
   }
-  // The same counters as BM_Forward's.
-  const double flops =
-      2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
-  state.counters["FLOPS"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOPs"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state,
+                  2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n));
 }
 BENCHMARK(BM_Matmul)
     ->ArgNames({"M", "K", "N", "bf16"})
@@ -104,7 +102,6 @@ ATTNSERVE_PER_ISA_CLONES float SumFloats(const float* data, int64_t n) {
 }
 
 void BM_MemoryRead(benchmark::State& state) {
-  constexpr int kThreads = 2;
   const int64_t n = state.range(0) / 4;
   const int64_t per_thread = n / kThreads;
   core::AlignedBuffer buffer(n);

@@ -34,6 +34,7 @@
 #include "core/attention_layer.h"
 #include "core/attention_weights.h"
 #include "core/onednn_support.h"
+#include "tests/benchmarks/flop_counters.h"
 #include "tests/reference/reference_attention.h"
 
 namespace attnserve {
@@ -124,15 +125,6 @@ class LazyProblem {
   Case case_;
   std::unique_ptr<Problem> problem_;
 };
-
-void SetFlopCounters(benchmark::State& state, double flops) {
-  // "FLOPS" prints with SI prefixes (e.g. 41.2G/s); "GFLOPs" is the same rate as a plain number of
-  // GFLOP/s for JSON/CSV consumers.
-  state.counters["FLOPS"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOPs"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
 
 void RunForward(benchmark::State& state, LazyProblem& lazy, const core::ExecutorOptions& options) {
   const Problem& p = lazy.Get();
