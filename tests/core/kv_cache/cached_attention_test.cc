@@ -71,6 +71,51 @@ TEST(CachedAttentionTest, MixedBatchEqualsEachSequenceAlone) {
   }
 }
 
+// The executor walks a forward's (sequence, head) items in alternate directions from one call to
+// the next (to find more of the K/V still cached: Impl::backwards). The same decode batch run twice
+// in a row, once each way, gives the same outputs, and each sequence's equals its own full forward.
+TEST(CachedAttentionTest, ConsecutiveForwardsOfOneBatchAgree) {
+  const TestLayer layer = MakeTestLayer(Config(false, true), 6);
+  ASSERT_NE(layer.layer, nullptr);
+  auto pool = MakePool(layer.config);
+  core::CachedAttentionExecutor executor;
+  const std::vector<int64_t> past{5, 17, 40};
+  std::vector<std::vector<float>> xs;
+  std::vector<KvSequence> seqs(past.size());
+  std::vector<float> batch_x;
+  std::vector<int64_t> offsets{0};
+  std::vector<KvSequence*> caches;
+  for (size_t i = 0; i < past.size(); ++i) {
+    xs.push_back(UniformValues((past[i] + 1) * kD, 200 + i));
+    std::vector<float> scratch(xs[i].size());
+    ASSERT_TRUE(Step(executor, *layer.layer, *pool, seqs[i], xs[i], 0, past[i], scratch).ok());
+    batch_x.insert(batch_x.end(), xs[i].end() - kD, xs[i].end());
+    offsets.push_back(offsets.back() + 1);
+    caches.push_back(&seqs[i]);
+  }
+  const CachedAttentionInputs in{
+      .query = {batch_x, offsets}, .caches = caches, .mask = {.causal = true}};
+  std::vector<std::vector<float>> outs;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<float> out(batch_x.size(), NAN);
+    ASSERT_TRUE(executor.Forward(*layer.layer, *pool, in, {.output = out}).ok()) << "run " << run;
+    outs.push_back(out);
+    for (size_t i = 0; i < past.size(); ++i) {  // Back to the cached prefix for the next run.
+      pool->Commit(seqs[i], past[i]);
+      pool->Trim(seqs[i]);
+    }
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  for (size_t i = 0; i < past.size(); ++i) {
+    const std::vector<float> full = FullForward(*layer.layer, xs[i], /*causal=*/true);
+    EXPECT_LE(
+        MaxAbsDiff(std::span(outs[0]).subspan(i * kD, kD), std::span(full).subspan(past[i] * kD)),
+        kExact)
+        << "sequence " << i;
+  }
+  for (KvSequence& seq : seqs) pool->Release(seq);
+}
+
 // An explicit [T, P+T] mask, a head mask and the weights output of a cached step equal the last
 // T rows of one full forward whose mask rows are the same.
 TEST(CachedAttentionTest, ExplicitMaskHeadMaskAndWeightsMatchFullForward) {
