@@ -9,6 +9,9 @@
 #   gather-64x1  on-64x1 with --decode-gather-delay-us GATHER_US (3000)
 #   prompt    continuous batching, one stream of 64 sessions, and a 2048-row prompt sent on another
 #             stream at round LONG_AT (steps' latency before / during / after it)
+# and, right after on-1x64, the core's offline decode of the same mix in the same minute
+# (attnserve_core_bench's BM_DecodeBatched/B:64/P:128, median of 3; this host's speed drifts by
+# 15-30 % from minute to minute), with the service's share of it (issue 19: >= 60 %).
 # Every step grows the sessions' cache, so the runs keep the mean cached context at the issue's
 # 128 tokens: CONTEXT prompt rows then STEPS rounds (64 + 128, from 64 to 192 tokens; the 32
 # rounds of 112 + 32 were too short: their tokens/s moved by 30 % from run to run),
@@ -65,11 +68,38 @@ print(row)
 PY
 }
 
+core_bin="${build_dir}/tests/benchmarks/attnserve_core_bench"
+if [[ ! -x "${core_bin}" ]]; then
+  echo "${bench_name}: ${core_bin} not found; build it first (cmake --build ${build_dir} -j2)" >&2
+  exit 1
+fi
+
+# core_share NAME DTYPE: the core's batched step for DTYPE now, against run NAME's tokens/s.
+core_share() {
+  local name="$1" dtype="$2" bf16=0
+  [[ "${dtype}" == bf16 ]] && bf16=1
+  wait_quiet "core-${dtype}"
+  "${core_bin}" --benchmark_filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/" \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_format=json >"${work}/core-${dtype}.json" 2>/dev/null
+  python3 - "${work}/core-${dtype}.json" "${work}/${name}.json" "${dtype}" <<'PY'
+import json, sys
+core = json.load(open(sys.argv[1]))
+median = [b for b in core["benchmarks"] if b.get("aggregate_name") == "median"][0]
+step_s = median["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[median["time_unit"]]
+service = json.load(open(sys.argv[2]))["tokens_per_s"]
+core_tokens = 64 / step_s
+print(f"| core | {sys.argv[3]} | offline 64 x 128 batched step {step_s * 1e3:.2f} ms "
+      f"| {core_tokens:,.0f} | | | service 1 x 64: {service / core_tokens:.0%} of the core |")
+PY
+}
+
 echo "| run | compute | streams x sessions | tokens/s | step p50 ms | step p99 ms | server CPU s (prefill included) |"
 echo "|---|---|---|---:|---:|---:|---:|"
 for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
   mix=(--context "${context}" --steps "${steps}")
   run "on-1x64-${dtype}" "${dtype}" "" "${mix[@]}"
+  core_share "on-1x64-${dtype}" "${dtype}"
   run "off-1x64-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}"
   run "on-64x1-${dtype}" "${dtype}" "" "${mix[@]}" --clients "${sessions}"
   run "off-64x1-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}" --clients "${sessions}"
