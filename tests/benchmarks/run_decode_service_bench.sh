@@ -15,8 +15,9 @@
 # Every step grows the sessions' cache, so the runs keep the mean cached context at the issue's
 # 128 tokens: CONTEXT prompt rows then STEPS rounds (64 + 128, from 64 to 192 tokens; the 32
 # rounds of 112 + 32 were too short: their tokens/s moved by 30 % from run to run),
-# and prints one table row per run (tokens/s, step p50/p99, the server's CPU seconds for the run;
-# the CPU per step message alone is run_decode_service_cpu.sh's).
+# and prints one table row per run (tokens/s, step p50/p99, the server's CPU seconds for the run
+# and the client's for its rounds: with 64 clients the two together keep both cores busy; the
+# server's CPU per step message alone is run_decode_service_cpu.sh's).
 #
 # Usage: tests/benchmarks/run_decode_service_bench.sh [BUILD_DIR]
 #   Environment: SESSIONS (64), CONTEXT (64), STEPS (128), PROMPT_CONTEXT (64), PROMPT_STEPS
@@ -57,7 +58,7 @@ lat = r["step_latency_ms"]
 per_stream = r["sessions"] // r["clients"]
 row = (f"| {sys.argv[4]} | {sys.argv[5]} | {r['clients']} x {per_stream} "
        f"| {r['tokens_per_s']:,.0f} | {lat['p50']:.2f} | {lat['p99']:.2f} "
-       f"| {cpu:.2f} |")
+       f"| {cpu:.2f} | {r['client_cpu_s']:.2f} |")
 extra = r.get("long_prompt")
 if extra:
     b, d = extra["steps_before_ms"], extra["steps_during_ms"]
@@ -90,12 +91,12 @@ step_s = median["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[median["time
 service = json.load(open(sys.argv[2]))["tokens_per_s"]
 core_tokens = 64 / step_s
 print(f"| core | {sys.argv[3]} | offline 64 x 128 batched step {step_s * 1e3:.2f} ms "
-      f"| {core_tokens:,.0f} | | | service 1 x 64: {service / core_tokens:.0%} of the core |")
+      f"| {core_tokens:,.0f} | | | | service 1 x 64: {service / core_tokens:.0%} of the core |")
 PY
 }
 
-echo "| run | compute | streams x sessions | tokens/s | step p50 ms | step p99 ms | server CPU s (prefill included) |"
-echo "|---|---|---|---:|---:|---:|---:|"
+echo "| run | compute | streams x sessions | tokens/s | step p50 ms | step p99 ms | server CPU s (prefill included) | client CPU s (rounds only) |"
+echo "|---|---|---|---:|---:|---:|---:|---:|"
 for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
   mix=(--context "${context}" --steps "${steps}")
   run "on-1x64-${dtype}" "${dtype}" "" "${mix[@]}"
