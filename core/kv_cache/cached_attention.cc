@@ -121,7 +121,7 @@ struct CachedAttentionExecutor::Impl {
   // Decode steps reread the same sequences' K/V every iteration; in one fixed order, a working
   // set a little above what the L3 keeps misses on most lines, each evicted before its turn
   // comes round again (BM_MemoryRead on the development VM: 16 MiB reads at L3 speed, 24 MiB at
-  // half of it). Measured there: BM_DecodeBatched/B:64/P:128 bf16 (16.8 MB of K/V) ~20 % faster,
+  // half of it). Measured there: BM_DecodeBatched/B:64/P:128 bf16 (16.8 MB of K/V) ~15 % faster,
   // fp32 (33.6 MB, well above) unchanged (docs/PERFORMANCE.md).
   bool backwards = false;
 };
