@@ -1,5 +1,7 @@
 #include "core/kv_cache/kv_block_pool.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <limits>
 #include <new>
@@ -103,10 +105,28 @@ absl::Status KvBlockPool::Reserve(KvSequence& seq, int64_t new_tokens) {
   }
   seq.blocks.reserve(have + need);  // May throw before anything changed.
   for (int64_t i = 0; i < need; ++i) {
-    seq.blocks.push_back(free_.back());
+    const int32_t block = free_.back();
     free_.pop_back();
+    seq.blocks.push_back(block);
+    high_water_ = std::max<int64_t>(high_water_, int64_t{block} + 1);
   }
+  touched_ = std::max(touched_, high_water_);
   return absl::OkStatus();
+}
+
+int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
+  const int64_t end =
+      std::min({until_block, total_blocks(), touched_ + std::max<int64_t>(0, max_blocks)});
+  if (end <= touched_) return 0;
+  // One byte per page is enough: the kernel maps and zero-fills the whole page on its first write.
+  static const int64_t page_bytes = sysconf(_SC_PAGESIZE);
+  volatile std::byte* const begin = Element(static_cast<int32_t>(touched_), 0);
+  const int64_t bytes = (end - touched_) * block_bytes();
+  for (int64_t offset = 0; offset < bytes; offset += page_bytes) begin[offset] = std::byte{0};
+  begin[bytes - 1] = std::byte{0};  // The last page, when the stride stepped over its start.
+  const int64_t touched = end - touched_;
+  touched_ = end;
+  return touched;
 }
 
 void KvBlockPool::Trim(KvSequence& seq) {

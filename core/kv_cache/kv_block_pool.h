@@ -63,7 +63,7 @@ struct KvCacheOptions {
   int64_t block_tokens = 16;
   // Byte budget of the whole arena; the pool holds budget_bytes / block_bytes() blocks (at least
   // one is required), so a bf16 pool holds twice the blocks of an fp32 one. Allocated once at
-  // Create (pages are touched only when written).
+  // Create (pages are touched only when written, or by Prefault).
   int64_t budget_bytes = int64_t{256} << 20;
   // Longest sequence (cached tokens) any KvSequence may reach; longer growth is refused with
   // OutOfRange. Must be > 0.
@@ -89,6 +89,12 @@ class KvBlockPool {
   int64_t head_dim() const { return identity_.d_model / identity_.num_heads; }
   int64_t total_blocks() const { return static_cast<int64_t>(capacity_); }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  // Blocks ever handed out by Reserve: ids [0, high_water_blocks()). Blocks go out lowest id
+  // first, and released ones before any never used, so the ids handed out are always a prefix.
+  int64_t high_water_blocks() const { return high_water_; }
+  // Blocks whose pages have been written: [0, touched_blocks()), handed out or prefaulted.
+  // >= high_water_blocks().
+  int64_t touched_blocks() const { return touched_; }
   // KvElementTypeFor(identity().compute_type): what keys()/values() hold.
   KvElementType element_type() const { return element_type_; }
   // Elements per block: 2 (K, V) × block_tokens × d_model.
@@ -111,6 +117,14 @@ class KvBlockPool {
   void Trim(KvSequence& seq);
   // Returns every block of `seq` to the free list and empties it. O(blocks).
   void Release(KvSequence& seq);
+
+  // Writes one byte in every page of the never-touched blocks [touched_blocks(), end), where end
+  // is the least of `until_block`, total_blocks() and touched_blocks() + max_blocks, so that the
+  // Reserve that first hands them out does not leave their first-touch page faults to the forward
+  // pass writing them (~1,000 faults per 4 MiB, a millisecond or more, inside one step when many
+  // sequences cross a block boundary together). Returns the blocks touched (0 when there are
+  // none). The blocks hold no rows, before or after; blocks handed out are never written. O(pages).
+  int64_t Prefault(int64_t until_block, int64_t max_blocks);
 
   // K (or V) rows of `head` in `block`: block_tokens × head_dim elements of element_type(),
   // token-major.
@@ -164,6 +178,8 @@ class KvBlockPool {
   int64_t block_elements_;
   AlignedBuffer arena_;        // capacity_ × block_bytes(), viewed as floats or uint16_t.
   std::vector<int32_t> free_;  // LIFO: the most recently released (cache-warm) block goes first.
+  int64_t high_water_ = 0;     // See high_water_blocks().
+  int64_t touched_ = 0;        // See touched_blocks().
 };
 
 }  // namespace attnserve::core
