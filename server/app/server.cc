@@ -283,6 +283,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
       const decoding::DecodeStats stats = runtime->Stats();
       return metrics::DecodeSnapshot{.kv_bytes_used = stats.kv_bytes_used,
                                      .kv_bytes_capacity = stats.kv_bytes_capacity,
+                                     .kv_bytes_touched = stats.kv_bytes_touched,
                                      .sessions_open = stats.sessions_open};
     });
   }

@@ -181,6 +181,12 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "without one (256 MiB under 2 GiB: 32,768 tokens of d_model 512)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
+  app.add_option("--kv-cache-prefault-mb", flags.kv_cache_prefault_mb,
+                 "MiB of KV blocks above the peak in use whose pages the idle decoding loop maps "
+                 "ahead of need, so that steps taking fresh blocks do not pay the page faults "
+                 "(within the budget; 0 = none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
   app.add_option("--decode-max-iteration-tokens",
                  flags.server.decoding.scheduling.max_iteration_tokens,
                  "Most rows (decode steps and prefill chunks) per decoding iteration")
@@ -243,6 +249,7 @@ void FinishServerFlags(ServerFlags& flags) {
   flags.server.keepalive_timeout_ms =
       static_cast<int64_t>(std::llround(flags.keepalive_timeout_s * 1000.0));
   flags.server.decoding.kv.budget_bytes = flags.kv_cache_budget_mb << 20;
+  flags.server.decoding.kv.prefault_ahead_bytes = flags.kv_cache_prefault_mb << 20;
   flags.server.decoding.idle_timeout_us =
       static_cast<int64_t>(std::llround(flags.decode_idle_timeout_s * 1e6));
 }

@@ -86,12 +86,14 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
       options.num_batch_threads);
   const decoding::DecodeRuntimeOptions& decoding = options.decoding;
   spdlog::info(
-      "decoding sessions (Decode): KV cache budget {} MiB ({}), at most {} tokens per "
-      "iteration, prefill chunks of {} tokens, steps gathered for up to {} us, idle sessions "
+      "decoding sessions (Decode): KV cache budget {} MiB ({}), {} MiB above the peak mapped "
+      "ahead of need, at most {} tokens per iteration, prefill chunks of {} tokens, steps gathered "
+      "for up to {} us, idle sessions "
       "closed after {} s (0 = never), at most {} sessions",
       decoding.kv.budget_bytes >> 20, server.kv_cache_budget_source(),
-      decoding.scheduling.max_iteration_tokens, decoding.scheduling.prefill_chunk_tokens,
-      decoding.gather_delay_us, decoding.idle_timeout_us / 1000000, decoding.max_sessions);
+      decoding.kv.prefault_ahead_bytes >> 20, decoding.scheduling.max_iteration_tokens,
+      decoding.scheduling.prefill_chunk_tokens, decoding.gather_delay_us,
+      decoding.idle_timeout_us / 1000000, decoding.max_sessions);
   if (options.model_poll_interval_ms > 0) {
     spdlog::info("watching the repository every {} ms for model changes",
                  options.model_poll_interval_ms);

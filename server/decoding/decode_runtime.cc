@@ -7,6 +7,13 @@
 #include "core/finite_values.h"
 
 namespace attnserve::decoding {
+namespace {
+
+// Bytes of KV blocks the idle loop maps per slice: two fp32 blocks of d_model 512, 32 pages, ~0.1
+// ms at the ~2.5 µs per first-touched page measured on a 2-core VM.
+constexpr int64_t kPrefaultSliceBytes = int64_t{128} << 10;
+
+}  // namespace
 
 std::string_view CloseReasonName(CloseReason reason) {
   switch (reason) {
@@ -37,6 +44,11 @@ absl::Status ValidateDecodeRuntimeOptions(const DecodeRuntimeOptions& options) {
   for (const auto& [name, value] : positive) {
     if (value < 1)
       return absl::InvalidArgumentError(absl::StrCat(name, ": expected >= 1, got ", value));
+  }
+  if (options.kv.prefault_ahead_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv.prefault_ahead_bytes: expected >= 0 (0 = none), got ",
+                     options.kv.prefault_ahead_bytes));
   }
   if (options.idle_timeout_us < 0) {
     return absl::InvalidArgumentError(
@@ -239,6 +251,7 @@ DecodeStats DecodeRuntime::Stats() const {
   DecodeStats stats = totals_;
   stats.kv_bytes_used = budget_.used_bytes();
   stats.kv_bytes_capacity = budget_.capacity_bytes();
+  stats.kv_bytes_touched = budget_.touched_bytes();
   stats.sessions_open = static_cast<int64_t>(sessions_.size());
   stats.steps_queued = steps_queued_;
   return stats;
@@ -282,7 +295,17 @@ void DecodeRuntime::GatherLocked(std::unique_lock<std::mutex>& lock) {
 void DecodeRuntime::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    while (!HasWorkLocked()) clock_->WaitUntil(cv_, lock, NextIdleDeadlineLocked());
+    while (!HasWorkLocked()) {
+      // Idle: map the pages of the blocks the next growth will take, in slices short enough that
+      // work arriving meanwhile waits at most one (~0.1 ms).
+      if (budget_.PrefaultPending()) {
+        lock.unlock();
+        budget_.Prefault(kPrefaultSliceBytes);
+        lock.lock();
+        continue;
+      }
+      clock_->WaitUntil(cv_, lock, NextIdleDeadlineLocked());
+    }
     GatherLocked(lock);
     const int64_t now_us = clock_->NowMicros();
     if (options_.idle_timeout_us > 0) {

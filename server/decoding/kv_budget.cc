@@ -63,12 +63,52 @@ absl::Status KvBudget::Admit(const core::KvBlockPool& pool, const core::KvSequen
   return absl::OkStatus();
 }
 
+int64_t KvBudget::PrefaultTarget(const core::KvBlockPool& pool) const {
+  return std::min(pool.total_blocks(),
+                  pool.high_water_blocks() + options_.prefault_ahead_bytes / BlockBytes(pool));
+}
+
+int64_t KvBudget::TouchedBytes() const {
+  int64_t touched = 0;
+  for (const auto& [model, entry] : pools_) {
+    touched += entry.pool->touched_blocks() * BlockBytes(*entry.pool);
+  }
+  return touched;
+}
+
+bool KvBudget::PrefaultPending() const {
+  if (options_.prefault_ahead_bytes == 0) return false;
+  const int64_t room = options_.budget_bytes - TouchedBytes();
+  for (const auto& [model, entry] : pools_) {
+    const core::KvBlockPool& pool = *entry.pool;
+    if (pool.touched_blocks() < PrefaultTarget(pool) && BlockBytes(pool) <= room) return true;
+  }
+  return false;
+}
+
+int64_t KvBudget::Prefault(int64_t max_bytes) {
+  if (options_.prefault_ahead_bytes == 0) return 0;
+  const int64_t room = options_.budget_bytes - TouchedBytes();
+  for (auto& [model, entry] : pools_) {
+    core::KvBlockPool& pool = *entry.pool;
+    const int64_t block_bytes = BlockBytes(pool);
+    const int64_t max_blocks =
+        std::min(std::max<int64_t>(1, max_bytes / block_bytes), room / block_bytes);
+    if (const int64_t blocks = pool.Prefault(PrefaultTarget(pool), max_blocks); blocks > 0) {
+      touched_bytes_.store(TouchedBytes(), std::memory_order_relaxed);
+      return blocks * block_bytes;
+    }
+  }
+  return 0;
+}
+
 void KvBudget::Refresh() {
   int64_t used = 0;
   for (const auto& [model, entry] : pools_) {
     used += (entry.pool->total_blocks() - entry.pool->free_blocks()) * BlockBytes(*entry.pool);
   }
   used_bytes_.store(used, std::memory_order_relaxed);
+  touched_bytes_.store(TouchedBytes(), std::memory_order_relaxed);
 }
 
 }  // namespace attnserve::decoding

@@ -25,12 +25,15 @@ class DecodeMetrics::GaugeCollectable final : public prometheus::Collectable {
     }
     prometheus::MetricFamily bytes{
         .name = "attnserve_kv_cache_bytes",
-        .help = "Bytes of the decoding KV cache: in use by sessions, and the budget.",
+        .help =
+            "Bytes of the decoding KV cache: in use by sessions, the budget, and the blocks "
+            "whose pages were ever written (in use once, or mapped ahead of need).",
         .type = prometheus::MetricType::Gauge,
         .metric = {}};
     for (const auto& [state, value] :
          {std::pair<const char*, int64_t>{"used", snapshot.kv_bytes_used},
-          {"capacity", snapshot.kv_bytes_capacity}}) {
+          {"capacity", snapshot.kv_bytes_capacity},
+          {"touched", snapshot.kv_bytes_touched}}) {
       prometheus::ClientMetric& sample = bytes.metric.emplace_back();
       sample.label = {{.name = "state", .value = state}};
       sample.gauge.value = static_cast<double>(value);

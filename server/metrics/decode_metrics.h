@@ -30,6 +30,7 @@ namespace attnserve::server::metrics {
 struct DecodeSnapshot {
   int64_t kv_bytes_used = 0;
   int64_t kv_bytes_capacity = 0;
+  int64_t kv_bytes_touched = 0;
   int64_t sessions_open = 0;
 };
 

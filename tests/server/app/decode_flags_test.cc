@@ -27,6 +27,7 @@ TEST(DecodeFlagsTest, DefaultsAreTheRuntimeDefaults) {
   const server::ServerFlags flags = Parse({});
   const decoding::DecodeRuntimeOptions& decoding = flags.server.decoding;
   EXPECT_EQ(decoding.kv.budget_bytes, 0);  // Derived from the memory limit (kv_cache_budget.h).
+  EXPECT_EQ(decoding.kv.prefault_ahead_bytes, decoding::KvBudgetOptions{}.prefault_ahead_bytes);
   EXPECT_EQ(decoding.scheduling.max_iteration_tokens, 512);
   EXPECT_EQ(decoding.scheduling.prefill_chunk_tokens, 256);
   EXPECT_EQ(decoding.idle_timeout_us, int64_t{60} * 1000 * 1000);
@@ -37,7 +38,8 @@ TEST(DecodeFlagsTest, FlagsAndEnvironmentSetTheRuntimeOptions) {
   ::setenv("ATTNSERVE_DECODE_IDLE_TIMEOUT_S", "2.5", 1);
   const server::ServerFlags flags =
       Parse({"--kv-cache-budget-mb", "64", "--decode-max-iteration-tokens", "128",
-             "--decode-prefill-chunk-tokens", "32", "--decode-max-sessions", "9"});
+             "--decode-prefill-chunk-tokens", "32", "--decode-max-sessions", "9",
+             "--kv-cache-prefault-mb", "0"});
   ::unsetenv("ATTNSERVE_DECODE_IDLE_TIMEOUT_S");
   const decoding::DecodeRuntimeOptions& decoding = flags.server.decoding;
   EXPECT_EQ(decoding.kv.budget_bytes, int64_t{64} << 20);
@@ -45,12 +47,14 @@ TEST(DecodeFlagsTest, FlagsAndEnvironmentSetTheRuntimeOptions) {
   EXPECT_EQ(decoding.scheduling.prefill_chunk_tokens, 32);
   EXPECT_EQ(decoding.idle_timeout_us, 2'500'000);
   EXPECT_EQ(decoding.max_sessions, 9);
+  EXPECT_EQ(decoding.kv.prefault_ahead_bytes, 0);
 }
 
 TEST(DecodeFlagsTest, OutOfRangeValuesAreRefused) {
   EXPECT_THROW(Parse({"--kv-cache-budget-mb", "-1"}), CLI::ValidationError);
   EXPECT_THROW(Parse({"--decode-idle-timeout-s", "-1"}), CLI::ValidationError);
   EXPECT_THROW(Parse({"--decode-max-sessions", "0"}), CLI::ValidationError);
+  EXPECT_THROW(Parse({"--kv-cache-prefault-mb", "-1"}), CLI::ValidationError);
 }
 
 }  // namespace

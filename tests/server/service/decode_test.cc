@@ -233,6 +233,8 @@ TEST_F(DecodeTest, CancelledStreamFreesAllItsCache) {
   }
   ASSERT_TRUE(samples.ok()) << samples.status();
   EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"used\"}"), 0);
+  // The version's pool went with its last session: none of its pages are held.
+  EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"touched\"}"), 0);
   EXPECT_EQ(ValueOf(*samples, "attnserve_kv_cache_bytes{state=\"capacity\"}"),
             static_cast<double>(runtime().options().kv.budget_bytes));
   EXPECT_EQ(ValueOf(*samples, "attnserve_decode_sessions_open"), 0);
