@@ -14,6 +14,12 @@
 //     in the rounds before it (idle_p50_ms, idle_p99_ms), and the prompt's completion time
 //     (prompt_ms); each benchmark iteration is one fresh run of the scenario, samples pooled.
 //     What picks the scheduler's defaults (docs/PERFORMANCE.md).
+//   BM_FreshBlocks/M  a fresh runtime (--kv-cache-prefault-mb M) and 64 sessions prefilled to 64
+//     tokens, then 128 one-row rounds with 1 ms between a round's answers and the next round's
+//     steps (the wire and the client, as over gRPC). Every 16th round each session crosses into
+//     a block it never had. Counters, in ms: the median compute of those rounds' iterations
+//     (fresh_round_ms) and of the others (other_round_ms) — with M = 0 the first pays the page
+//     faults of 4 MiB of fresh blocks; with M > 0 the idle loop has mapped them already.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -24,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/attention_layer.h"
@@ -282,6 +289,81 @@ BENCHMARK(BM_PromptDuringDecode)
     ->Arg(128)
     ->Arg(256)
     ->Arg(512)
+    ->Iterations(3)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+constexpr int64_t kFreshContext = 64;  // Block-aligned: round 0 takes a fresh block.
+constexpr int kFreshRounds = 128;
+
+// Compute ms of each iteration, in order, while recording.
+class OrderedTimes : public decoding::DecodeListener {
+ public:
+  void OnIteration(const decoding::IterationReport& report) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recording) ms.push_back(static_cast<double>(report.compute_us) / 1000.0);
+  }
+  void Record(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording = on;
+  }
+  std::mutex mu_;
+  bool recording = false;
+  std::vector<double> ms;
+};
+
+// One run: appends the compute ms of rounds taking fresh blocks to *fresh, of the others to
+// *other. False on a failure.
+bool FreshBlocksRun(int64_t prefault_mb, const std::shared_ptr<const model::Model>& model,
+                    std::vector<double>* fresh, std::vector<double>* other) {
+  decoding::DecodeRuntimeOptions options;
+  options.compute_threads = 2;
+  options.idle_timeout_us = 0;
+  options.kv.prefault_ahead_bytes = prefault_mb << 20;
+  OrderedTimes times;
+  auto rt = decoding::DecodeRuntime::Create(options, batching::RealClock::Default(), &times);
+  if (!rt.ok()) return false;
+  std::vector<decoding::SessionId> ids;
+  for (int64_t i = 0; i < kSessions; ++i) {
+    auto id = (*rt)->Open({.model = model}, nullptr);
+    if (!id.ok()) return false;
+    ids.push_back(*id);
+  }
+  const std::vector<float> rows = Random(kFreshContext * kD, 3);
+  Countdown countdown;
+  if (!StepAll(**rt, ids, rows, kFreshContext, countdown)) return false;
+  times.Record(true);
+  for (int round = 0; round < kFreshRounds; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!StepAll(**rt, ids, rows, 1, countdown)) return false;
+  }
+  times.Record(false);
+  if (times.ms.size() != static_cast<size_t>(kFreshRounds)) return false;  // One forward a round.
+  for (int round = 0; round < kFreshRounds; ++round) {
+    ((kFreshContext + round) % 16 == 0 ? fresh : other)->push_back(times.ms[round]);
+  }
+  return true;
+}
+
+void BM_FreshBlocks(benchmark::State& state) {
+  const auto model = Model();
+  if (model == nullptr) {
+    state.SkipWithError("setup failed");
+    return;
+  }
+  std::vector<double> fresh, other;
+  for (auto _ : state) {
+    if (!FreshBlocksRun(state.range(0), model, &fresh, &other)) {
+      state.SkipWithError("scenario failed");
+      return;
+    }
+  }
+  state.counters["fresh_round_ms"] = Quantile(fresh, 0.5);
+  state.counters["other_round_ms"] = Quantile(other, 0.5);
+}
+BENCHMARK(BM_FreshBlocks)
+    ->Arg(0)
+    ->Arg(16)
     ->Iterations(3)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
