@@ -199,9 +199,9 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--decode-gather-delay-us", flags.server.decoding.gather_delay_us,
-                 "Microseconds the decoding loop waits for the rest of the last iteration's "
-                 "sessions' steps when fewer have arrived (clients of one session each answer a "
-                 "little apart); 0 = form each iteration at once")
+                 "Microseconds the decoding loop waits for the steps of the sessions the last two "
+                 "iterations answered when fewer have arrived (clients of one session each answer "
+                 "a little apart); 0 = form each iteration at once")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   app.add_option("--decode-idle-timeout-s", flags.decode_idle_timeout_s,

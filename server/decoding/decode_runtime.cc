@@ -418,8 +418,13 @@ void DecodeRuntime::Loop() {
       item.session->last_active_us = done_us;
       --steps_queued_;
     };
+    const int64_t iteration = totals_.iterations;  // The number of the one that just ran.
+    std::vector<SessionId> answered;
     for (StepScheduler::Slice& slice : slices) {
-      if (slice.finished != nullptr) account(*slice.finished);
+      if (slice.finished == nullptr) continue;
+      account(*slice.finished);
+      slice.finished->session->answered_iteration = iteration;
+      answered.push_back(slice.finished->session->id);
     }
     std::vector<std::unique_ptr<StepItem>> removed;  // Alive until answered.
     for (SessionId key : failed_unfinished) {
@@ -432,7 +437,12 @@ void DecodeRuntime::Loop() {
       ++totals_.iterations;
       totals_.prefill_tokens += report.prefill_tokens;
       totals_.decode_tokens += report.decode_tokens;
-      expected_steps_ = report.decode_tokens;
+      expected_steps_ = static_cast<int64_t>(answered.size());
+      for (SessionId id : answered_last_) {
+        auto it = sessions_.find(id);
+        if (it != sessions_.end() && it->second->answered_iteration != iteration) ++expected_steps_;
+      }
+      answered_last_ = std::move(answered);
       lock.unlock();
       runner_.AnswerAll(slices);
       slices.clear();

@@ -110,7 +110,7 @@ class DecodeRuntime {
   static absl::Status CheckStep(const StepRequest* request);
   // Append's checks against the session, then queues the step (without waking the loop).
   absl::Status QueueLocked(StepRequest* request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits (up to options_.gather_delay_us) while fewer steps wait than the last iteration ran.
+  // Waits (up to options_.gather_delay_us) while fewer steps wait than expected_steps_.
   void GatherLocked(std::unique_lock<std::mutex>& lock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the loop has something to do now.
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -144,8 +144,10 @@ class DecodeRuntime {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int64_t steps_queued_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t expected_steps_ ABSL_GUARDED_BY(mu_) = 0;  // One-row steps of the last iteration.
-  DecodeStats totals_ ABSL_GUARDED_BY(mu_);          // The counters of Stats().
+  // Open sessions the last two iterations answered: the steps the gather delay waits for.
+  int64_t expected_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<SessionId> answered_last_ ABSL_GUARDED_BY(mu_);  // By the last iteration.
+  DecodeStats totals_ ABSL_GUARDED_BY(mu_);                    // The counters of Stats().
   std::thread thread_;
   std::once_flag joined_;
 };

@@ -83,12 +83,13 @@ struct DecodeRuntimeOptions {
   // what sessions cost beyond their cache blocks (an empty session holds none, so the KV budget
   // alone would not bound them). >= 1.
   int64_t max_sessions = 4096;
-  // When the loop finds fewer steps waiting than the last iteration ran, it waits up to this long
-  // (microseconds of the runtime's clock, from when it finds them) for the rest before it forms
-  // the iteration, unless other work (opens, closes, drain) is pending. Clients that carry one
-  // session each (64 streams of one) send their next steps a little apart; forming at once
-  // would run them in several small iterations, each paying a forward's fixed cost. A step waits
-  // at most this long extra. 0 = form at once. >= 0.
+  // When the loop finds fewer steps waiting than there are open sessions that the last two
+  // iterations answered, it waits up to this long (microseconds of the runtime's clock, from when
+  // it finds them) for the rest before it forms the iteration, unless other work (opens, closes,
+  // drain) is pending. Clients that carry one session each (64 streams of one) send their next
+  // steps a little apart; forming at once would run them in several small iterations, each
+  // paying a forward's fixed cost. Two iterations, not one, so that a round once split in two
+  // is waited for whole again. A step waits at most this long extra. 0 = form at once. >= 0.
   int64_t gather_delay_us = 0;
   // OpenMP threads of the forward passes (core::ExecutorOptions::compute_threads); 0 = the
   // calling thread's default. With ComputeTeams (DecodeRuntime::Create), the most threads a pass

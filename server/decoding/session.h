@@ -28,6 +28,8 @@ struct Session {
   bool ready = false;
   int64_t last_active_us = 0;
   int64_t queued_rows = 0;
+  // mu: the number of the last iteration that answered one of its steps (-1: none).
+  int64_t answered_iteration = -1;
 
   // loop: the pool of its version (null until attached) and its cache; the memory until loaded.
   core::KvBlockPool* pool = nullptr;

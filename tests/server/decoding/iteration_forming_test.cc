@@ -2,8 +2,9 @@
 // - AppendAll: steps queued together run in one iteration (the loop is not paused: it is the
 //   single lock and wake-up that keep them together), each is answered exactly as alone, and a
 //   bad one is refused by itself, in order, while the others run;
-// - gather_delay_us (fake clock): with fewer steps waiting than the last iteration ran, the loop
-//   waits for the rest, up to the delay, and forms the iteration as soon as they are all there.
+// - gather_delay_us (fake clock): with fewer steps waiting than the last two iterations answered
+//   sessions, the loop waits for the rest, up to the delay, and forms the iteration as soon as
+//   they are all there; so a round once split in two re-forms whole.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -121,6 +122,45 @@ TEST(IterationFormingTest, GatherDelayWaitsForTheLastIterationsSessionsUpToTheDe
   clock.AdvanceMicros(1);
   ASSERT_TRUE(fourth[0].Get().ok() && fourth[1].Get().ok());
   EXPECT_EQ(listener.iterations().back().decode_tokens, 2);
+}
+
+TEST(IterationFormingTest, GatherDelayWaitsForTheSessionsOfTheLastTwoIterations) {
+  constexpr int64_t kStart = 1000, kDelay = 500;
+  const TestModel m = MakeModel("m", 1, 13);
+  batching::FakeClock clock(kStart);
+  RecordingListener listener;
+  auto rt = DecodeRuntime::Create(
+      {.idle_timeout_us = 0, .gather_delay_us = kDelay, .compute_threads = 1}, &clock, &listener);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  const std::vector<SessionId> ids{OpenReady(**rt, m.model), OpenReady(**rt, m.model),
+                                   OpenReady(**rt, m.model)};
+  std::vector<Answer> whole(3);
+  StepEach(**rt, ids, whole, 10);
+  for (Answer& a : whole) ASSERT_TRUE(a.Get().ok()) << a.Get().status();
+
+  // A round split in two: sessions 0 and 1 at the deadline, then session 2 at the next one.
+  std::vector<Answer> first_part(2), second_part(1);
+  StepEach(**rt, {ids[0], ids[1]}, first_part, 20);
+  ASSERT_TRUE(clock.BlockUntilWaiterWithDeadline(kStart + kDelay, kWait));
+  clock.AdvanceMicros(kDelay);
+  ASSERT_TRUE(first_part[0].Get().ok() && first_part[1].Get().ok());
+  StepEach(**rt, {ids[2]}, second_part, 22);
+  ASSERT_TRUE(clock.BlockUntilWaiterWithDeadline(kStart + 2 * kDelay, kWait));
+  clock.AdvanceMicros(kDelay);
+  ASSERT_TRUE(second_part[0].Get().ok());
+  ASSERT_EQ(listener.iterations().back().decode_tokens, 1);
+
+  // The last iteration ran one step, but the last two answered all three sessions: one step
+  // waiting is not enough, and the round forms whole again as soon as the others arrive.
+  std::vector<Answer> next(3);
+  StepEach(**rt, {ids[0]}, next, 30);
+  ASSERT_TRUE(clock.BlockUntilWaiterWithDeadline(kStart + 3 * kDelay, kWait));
+  EXPECT_FALSE(next[0].notified.HasBeenNotified()) << "formed with one of three";
+  std::vector<Answer> rest(2);
+  StepEach(**rt, {ids[1], ids[2]}, rest, 31);
+  ASSERT_TRUE(next[0].Get().ok() && rest[0].Get().ok() && rest[1].Get().ok());
+  EXPECT_EQ(listener.iterations().back().decode_tokens, 3);
+  EXPECT_EQ(clock.NowMicros(), kStart + 2 * kDelay);
 }
 
 TEST(IterationFormingTest, NegativeGatherDelayIsRefusedNamingTheField) {
