@@ -17,8 +17,9 @@
 // does not pay the kernel's first-touch faults inside the forward pass. It never takes the touched
 // pages of all pools together past budget_bytes.
 //
-// Thread-safety: NOT thread-safe (the pools are not), except used_bytes(), capacity_bytes() and
-// pools(), which any thread may read. The decoding runtime's loop thread is the only caller.
+// Thread-safety: NOT thread-safe (the pools are not), except used_bytes(), touched_bytes(),
+// capacity_bytes() and pools(), which any thread may read. The decoding runtime's loop thread is
+// the only caller.
 #ifndef ATTNSERVE_SERVER_DECODING_KV_BUDGET_H_
 #define ATTNSERVE_SERVER_DECODING_KV_BUDGET_H_
 
