@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/load_stats.h"
 #include "client/cli/random_values.h"
+#include "core/util/notification.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::cli {
@@ -151,28 +152,71 @@ bool Prefill(DecodeBenchState& state, client::DecodeStream& stream, StreamPart p
 }
 
 // The part's rounds of one-row steps, one message per round, until `steps` or the deadline.
-void RunRounds(DecodeBenchState& state, client::DecodeStream& stream, StreamPart part,
-               bool starts_long_prompt, std::optional<Clock::time_point> deadline) {
-  const DecodeBenchOptions& options = state.options();
-  for (int64_t round = 0; round < options.steps; ++round) {
-    if (deadline && Clock::now() >= *deadline) break;
-    if (starts_long_prompt && round == options.long_prompt_at_round) state.StartLongPrompt();
-    client::DecodeMessage message;
-    for (int i = part.first; i < part.first + part.count; ++i) {
-      message.steps.push_back(
-          {.session = SessionName(i), .rows = state.Rows(i * 7 + round + options.context, 1)});
+// Each round is sent by the previous round's answer callback, on the gRPC thread that read the
+// answer: no thread of the bench waits per stream, so a round costs the client no wake-up of its
+// own (64 one-session streams used to wake 64 threads a round, on the cores the server shares).
+// The callback's SendAsync never blocks: its own message's flow-control slot is free by then.
+class RoundChain {
+ public:
+  RoundChain(DecodeBenchState& state, client::DecodeStream& stream, StreamPart part,
+             bool starts_long_prompt, std::optional<Clock::time_point> deadline)
+      : state_(state),
+        stream_(stream),
+        part_(part),
+        starts_long_prompt_(starts_long_prompt),
+        deadline_(deadline) {}
+
+  // Sends the first round; the rest follow from the answers.
+  void Start() { SendFrom(0); }
+  // Blocks until the last round is answered (or the chain stopped on an error or the deadline).
+  void Wait() const { finished_.WaitForNotification(); }
+
+ private:
+  // Sends round `round`, or, when a send fails at once, records it and tries the next one.
+  void SendFrom(int64_t round) {
+    const DecodeBenchOptions& options = state_.options();
+    for (; round < options.steps; ++round) {
+      if (deadline_ && Clock::now() >= *deadline_) break;
+      if (starts_long_prompt_ && round == options.long_prompt_at_round) state_.StartLongPrompt();
+      client::DecodeMessage message;
+      for (int i = part_.first; i < part_.first + part_.count; ++i) {
+        message.steps.push_back(
+            {.session = SessionName(i), .rows = state_.Rows(i * 7 + round + options.context, 1)});
+      }
+      const Clock::time_point sent = Clock::now();
+      const absl::Status status = stream_.SendAsync(
+          message, [this, round, sent](absl::StatusOr<client::DecodeAnswer> answer) {
+            Answered(round, sent, std::move(answer));
+          });
+      if (status.ok()) return;
+      state_.RecordError(status, part_.count);
+      if (status.code() == absl::StatusCode::kFailedPrecondition) break;  // The stream ended.
     }
-    const Clock::time_point sent = Clock::now();
-    absl::StatusOr<client::DecodeAnswer> answer = stream.Send(message);
-    const Clock::time_point answered = Clock::now();
-    if (!answer.ok()) {
-      state.RecordError(answer.status(), part.count);
-      if (answer.status().code() == absl::StatusCode::kFailedPrecondition) break;  // Ended.
-      continue;
-    }
-    state.RecordStep({.sent = sent, .answered = answered}, *answer);
+    finished_.Notify();
   }
-}
+
+  void Answered(int64_t round, Clock::time_point sent,
+                absl::StatusOr<client::DecodeAnswer> answer) {
+    const Clock::time_point answered = Clock::now();
+    if (answer.ok()) {
+      state_.RecordStep({.sent = sent, .answered = answered}, *answer);
+    } else {
+      state_.RecordError(answer.status(), part_.count);
+      if (answer.status().code() == absl::StatusCode::kFailedPrecondition) {  // Ended.
+        finished_.Notify();
+        return;
+      }
+    }
+    SendFrom(round + 1);
+  }
+
+  DecodeBenchState& state_;
+  client::DecodeStream& stream_;
+  const StreamPart part_;
+  const bool starts_long_prompt_;
+  const std::optional<Clock::time_point> deadline_;
+  Notification finished_;
+};
 
 // The long prompt's own stream: waits for its round, then one message with the open and prompt.
 void RunLongPrompt(DecodeBenchState& state, client::Client& client) {
@@ -389,9 +433,13 @@ absl::Status DecodeBenchCommand(client::Client& client, const DecodeBenchOptions
     std::thread long_prompt;
     if (options.long_prompt_rows > 0)
       long_prompt = std::thread([&] { RunLongPrompt(state, client); });
-    run_all([&](size_t c) {
-      RunRounds(state, *streams[c], parts[c], c == 0 && options.long_prompt_rows > 0, deadline);
-    });
+    std::vector<std::unique_ptr<RoundChain>> chains;
+    for (size_t c = 0; c < streams.size(); ++c) {
+      chains.push_back(std::make_unique<RoundChain>(
+          state, *streams[c], parts[c], c == 0 && options.long_prompt_rows > 0, deadline));
+    }
+    for (auto& chain : chains) chain->Start();
+    for (auto& chain : chains) chain->Wait();
     result.steps_s = load::MillisBetween(start, Clock::now()) / 1000.0;
     result.client_cpu_s = load::ProcessCpuSeconds() - cpu_start;
     state.EndRun();

@@ -2,11 +2,13 @@
 // (attnserve.v1 Decode) over the client library's DecodeStream.
 //
 // Opens `sessions` self-attention sessions spread evenly over `clients` streams (each stream is
-// one client: its own gRPC call and sender thread), prefills each with `context` random rows (one
-// message per stream carrying its opens and prompts), then runs `steps` rounds: in each round
-// every stream sends ONE message with a one-row step for each of its sessions and waits for its
-// answer (closed loop per stream; the streams run concurrently). So --clients 1 is one client
-// decoding a batch of N sequences, --clients N is N clients of one session each.
+// one client: its own gRPC call), prefills each with `context` random rows (one message per
+// stream carrying its opens and prompts), then runs `steps` rounds: in each round every stream
+// sends ONE message with a one-row step for each of its sessions and waits for its answer (closed
+// loop per stream; the streams run concurrently). So --clients 1 is one client decoding a batch
+// of N sequences, --clients N is N clients of one session each. A stream's next round is sent
+// from its answer's callback on a gRPC thread, not by a thread of its own: the bench shares the
+// server's cores, and 64 sender threads woken every round cost it 40 % more CPU per round.
 //
 // With `long_prompt_rows` > 0, a separate stream opens one more session when the first stream
 // starts round `long_prompt_at_round` and sends it a prompt of that many rows; the step latencies

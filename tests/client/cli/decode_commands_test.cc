@@ -160,6 +160,41 @@ TEST_F(DecodeCommandsTest, BenchSessionsManyClientsWithALongPromptReportsItsEffe
   EXPECT_GT(long_prompt["latency_ms"].get<double>(), 0);
 }
 
+// The rounds chain on their answers (each sent from the previous one's callback): every stream
+// stops at the deadline, and each of its messages was answered and counted.
+TEST_F(DecodeCommandsTest, BenchSessionsStopsEveryStreamAtItsDuration) {
+  const CliRun run = Run({"bench", "--model", "small", "--sessions", "4", "--clients", "2",
+                          "--context", "2", "--steps", "100000000", "--duration", "0.3", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  const int64_t messages = report["step_latency_ms"]["count"].get<int64_t>();
+  EXPECT_GT(messages, 0);
+  EXPECT_EQ(report["decode_tokens"].get<int64_t>(), 2 * messages);  // Two sessions a message.
+  EXPECT_TRUE(report["errors"].empty());
+  EXPECT_EQ(Stats().decode_tokens, 2 * messages);
+  EXPECT_EQ(Stats().sessions_open, 0);
+}
+
+// A server that shuts down mid-run ends every stream: the bench stops (it does not wait for
+// rounds that cannot be sent) and reports the failures.
+TEST_F(DecodeCommandsTest, BenchSessionsStopsWhenTheServerShutsDown) {
+  CliRun run;
+  std::thread bench([&] {
+    run = Run({"bench", "--model", "small", "--sessions", "4", "--clients", "4", "--context", "2",
+               "--steps", "100000000", "--duration", "120"});
+  });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Stats().decode_tokens < 40) {  // Every stream is stepping.
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up);
+    std::this_thread::yield();
+  }
+  StopServer();
+  bench.join();
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("decode items failed"));
+  EXPECT_THAT(run.out, HasSubstr("errors UNAVAILABLE:"));
+}
+
 // A client that disappears without closing anything (its process killed: the connection drops)
 // leaves no session and no cache behind.
 TEST_F(DecodeCommandsTest, AKilledClientsSessionsAreClosedAndTheirCacheFreed) {
