@@ -8,7 +8,7 @@
 // loop per stream; the streams run concurrently). So --clients 1 is one client decoding a batch
 // of N sequences, --clients N is N clients of one session each. A stream's next round is sent
 // from its answer's callback on a gRPC thread, not by a thread of its own: the bench shares the
-// server's cores, and 64 sender threads woken every round cost it 40 % more CPU per round.
+// server's cores, and 64 sender threads woken every round cost it half as much CPU again.
 //
 // With `long_prompt_rows` > 0, a separate stream opens one more session when the first stream
 // starts round `long_prompt_at_round` and sends it a prompt of that many rows; the step latencies
