@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/core/kv_cache/kv_pool_test_support.h"
 
 namespace attnserve::core {
 namespace {
@@ -26,12 +27,7 @@ std::unique_ptr<KvBlockPool> MakePool(int64_t blocks, int64_t max_tokens = 1 << 
   return pool.ok() ? std::move(*pool) : nullptr;
 }
 
-// Reserve + Commit of `tokens` more tokens.
-absl::Status Append(KvBlockPool& pool, KvSequence& seq, int64_t tokens) {
-  if (auto s = pool.Reserve(seq, tokens); !s.ok()) return s;
-  pool.Commit(seq, seq.length + tokens);
-  return absl::OkStatus();
-}
+using ::attnserve::testing::AppendTokens;
 
 TEST(KvBlockPoolTest, BudgetSetsTheNumberOfBlocks) {
   auto pool = MakePool(10);
@@ -60,12 +56,12 @@ TEST(KvBlockPoolTest, ExhaustionLeavesTheSequenceUnchangedAndReleaseFreesEveryth
   auto pool = MakePool(3);
   ASSERT_NE(pool, nullptr);
   KvSequence a, b;
-  ASSERT_TRUE(Append(*pool, a, 5).ok());  // 2 blocks.
-  ASSERT_TRUE(Append(*pool, b, 4).ok());  // 1 block.
+  ASSERT_TRUE(AppendTokens(*pool, a, 5).ok());  // 2 blocks.
+  ASSERT_TRUE(AppendTokens(*pool, b, 4).ok());  // 1 block.
   EXPECT_EQ(pool->free_blocks(), 0);
-  ASSERT_TRUE(Append(*pool, a, 3).ok());  // Fills a's second block: no new block needed.
+  ASSERT_TRUE(AppendTokens(*pool, a, 3).ok());  // Fills a's second block: no new block needed.
   const KvSequence before = a;
-  const absl::Status full = Append(*pool, a, 1);
+  const absl::Status full = AppendTokens(*pool, a, 1);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
   EXPECT_EQ(a.blocks, before.blocks);
   EXPECT_EQ(a.length, before.length);
@@ -75,7 +71,7 @@ TEST(KvBlockPoolTest, ExhaustionLeavesTheSequenceUnchangedAndReleaseFreesEveryth
   EXPECT_TRUE(b.blocks.empty());
   EXPECT_EQ(b.length, 0);
   EXPECT_EQ(pool->free_blocks(), 1);
-  EXPECT_TRUE(Append(*pool, a, 1).ok());
+  EXPECT_TRUE(AppendTokens(*pool, a, 1).ok());
   pool->Release(a);
   EXPECT_EQ(pool->free_blocks(), 3);
 }
@@ -84,7 +80,7 @@ TEST(KvBlockPoolTest, ReserveIsAllOrNothingForMultiBlockGrowth) {
   auto pool = MakePool(4);
   ASSERT_NE(pool, nullptr);
   KvSequence a;
-  ASSERT_TRUE(Append(*pool, a, 2).ok());
+  ASSERT_TRUE(AppendTokens(*pool, a, 2).ok());
   // 2 + 15 tokens need 5 blocks; 4 exist: nothing may be taken.
   EXPECT_EQ(pool->Reserve(a, 15).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(a.blocks.size(), 1u);
@@ -96,7 +92,7 @@ TEST(KvBlockPoolTest, TrimUndoesAnUncommittedReserve) {
   auto pool = MakePool(4);
   ASSERT_NE(pool, nullptr);
   KvSequence a;
-  ASSERT_TRUE(Append(*pool, a, 3).ok());
+  ASSERT_TRUE(AppendTokens(*pool, a, 3).ok());
   ASSERT_TRUE(pool->Reserve(a, 9).ok());
   EXPECT_EQ(a.blocks.size(), 3u);
   pool->Trim(a);
@@ -109,7 +105,7 @@ TEST(KvBlockPoolTest, MaximumLengthIsRefusedWithoutChange) {
   auto pool = MakePool(8, /*max_tokens=*/10);
   ASSERT_NE(pool, nullptr);
   KvSequence a;
-  ASSERT_TRUE(Append(*pool, a, 10).ok());
+  ASSERT_TRUE(AppendTokens(*pool, a, 10).ok());
   const absl::Status s = pool->Reserve(a, 1);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
   EXPECT_EQ(a.length, 10);
@@ -122,7 +118,7 @@ TEST(KvBlockPoolTest, ScatteredFreeBlocksServeOneLongSequence) {
   auto pool = MakePool(kBlocks);
   ASSERT_NE(pool, nullptr);
   std::vector<KvSequence> seqs(kBlocks);
-  for (KvSequence& s : seqs) ASSERT_TRUE(Append(*pool, s, kBlockTokens).ok());
+  for (KvSequence& s : seqs) ASSERT_TRUE(AppendTokens(*pool, s, kBlockTokens).ok());
   ASSERT_EQ(pool->free_blocks(), 0);
   // Free every other sequence: the free blocks are scattered through the arena.
   std::set<int32_t> freed;
@@ -131,7 +127,7 @@ TEST(KvBlockPoolTest, ScatteredFreeBlocksServeOneLongSequence) {
     pool->Release(seqs[i]);
   }
   KvSequence long_one;
-  ASSERT_TRUE(Append(*pool, long_one, kBlockTokens * kBlocks / 2).ok());
+  ASSERT_TRUE(AppendTokens(*pool, long_one, kBlockTokens * kBlocks / 2).ok());
   EXPECT_EQ(std::set<int32_t>(long_one.blocks.begin(), long_one.blocks.end()), freed);
   EXPECT_EQ(pool->free_blocks(), 0);
 }
@@ -149,7 +145,7 @@ TEST(KvBlockPoolTest, NoBlockLeaksAfterManyRandomOperations) {
       pool->Release(s);
     } else {
       const KvSequence before = s;
-      const absl::Status st = Append(*pool, s, static_cast<int64_t>(rng() % 9));
+      const absl::Status st = AppendTokens(*pool, s, static_cast<int64_t>(rng() % 9));
       if (!st.ok()) {
         exhausted += st.code() == absl::StatusCode::kResourceExhausted;
         too_long += st.code() == absl::StatusCode::kOutOfRange;

@@ -13,6 +13,7 @@
 
 #include "core/kv_cache/kv_block_pool.h"
 #include "gtest/gtest.h"
+#include "tests/core/kv_cache/kv_pool_test_support.h"
 
 namespace attnserve::core {
 namespace {
@@ -27,11 +28,7 @@ constexpr int64_t kWideBlockBytes = int64_t{64} << 10;
 // whose pages the kernel maps only when written.
 constexpr int64_t kWideBlocks = 640;
 
-absl::Status Append(KvBlockPool& pool, KvSequence& seq, int64_t tokens) {
-  if (auto s = pool.Reserve(seq, tokens); !s.ok()) return s;
-  pool.Commit(seq, seq.length + tokens);
-  return absl::OkStatus();
-}
+using ::attnserve::testing::AppendTokens;
 
 struct PageCount {
   int64_t resident = 0;
@@ -70,7 +67,7 @@ TEST(KvPrefaultTest, HandedOutIdsAreAlwaysAPrefixBelowTheHighWaterMark) {
     if (rng() % 4 == 0) {
       (*pool)->Release(seq);
     } else {
-      (void)Append(**pool, seq, 1 + rng() % 9);
+      (void)AppendTokens(**pool, seq, 1 + rng() % 9);
     }
     for (const KvSequence& s : seqs) ever.insert(s.blocks.begin(), s.blocks.end());
     const int64_t high_water = (*pool)->high_water_blocks();
@@ -89,7 +86,7 @@ TEST(KvPrefaultTest, PrefaultStopsAtEachBoundAndThenDoesNothing) {
   ASSERT_TRUE(pool.ok()) << pool.status();
   KvBlockPool& p = **pool;
   KvSequence seq;
-  ASSERT_TRUE(Append(p, seq, 9).ok());  // Blocks 0..2.
+  ASSERT_TRUE(AppendTokens(p, seq, 9).ok());  // Blocks 0..2.
   EXPECT_EQ(p.high_water_blocks(), 3);
   EXPECT_EQ(p.Prefault(/*until_block=*/8, /*max_blocks=*/2), 2);  // max_blocks: 3, 4.
   EXPECT_EQ(p.touched_blocks(), 5);
@@ -101,7 +98,7 @@ TEST(KvPrefaultTest, PrefaultStopsAtEachBoundAndThenDoesNothing) {
   EXPECT_EQ(p.Prefault(3, 100), 0);  // A bound below the touched blocks is not an error.
   EXPECT_EQ(p.touched_blocks(), 10);
   // Handing the prefaulted blocks out raises the high-water mark, not what was touched.
-  ASSERT_TRUE(Append(p, seq, 8).ok());
+  ASSERT_TRUE(AppendTokens(p, seq, 8).ok());
   EXPECT_EQ(p.high_water_blocks(), 5);
   EXPECT_EQ(p.touched_blocks(), 10);
 }
