@@ -14,6 +14,9 @@ namespace attnserve::core {
 // validates inputs first); a NaN may come out as an infinity. Arrays must not overlap.
 void RoundToBf16(const float* src, int64_t count, uint16_t* dst);
 
+// values[i] replaced by its nearest bf16 (as RoundToBf16), kept as an fp32 (the low 16 bits 0).
+void RoundToBf16InPlace(float* values, int64_t count);
+
 // dst[i] = src[i] widened exactly to fp32. Arrays must not overlap.
 void WidenBf16(const uint16_t* src, int64_t count, float* dst);
 

@@ -57,18 +57,6 @@ absl::Status ValidateMemory(const RaggedBatch& memory, int64_t d) {
   return absl::OkStatus();
 }
 
-// bf16 compute: each value replaced by its nearest bf16 (ties to even), kept as a float — what the
-// full forward's bf16-destination projections hold (f32 accumulation rounded once).
-void RoundToBf16Values(float* values, int64_t count) {
-  constexpr int64_t kChunk = 256;
-  uint16_t rounded[kChunk];
-  for (int64_t i = 0; i < count; i += kChunk) {
-    const int64_t n = std::min(kChunk, count - i);
-    RoundToBf16(values + i, n, rounded);
-    WidenBf16(rounded, n, values + i);
-  }
-}
-
 // bf16 compute: `rows` × `d` floats rounded into `buffer`, the bf16 source a bf16 matmul reads.
 const uint16_t* Rounded(const float* values, int64_t rows, int64_t d, AlignedBuffer& buffer) {
   auto* rounded = reinterpret_cast<uint16_t*>(buffer.Reserve((rows * d + 1) / 2));
@@ -236,7 +224,7 @@ absl::Status CachedAttentionExecutor::Impl::Run(const AttentionLayer& layer, KvB
   // The full bf16 forward projects into bf16 Q, K and V; rounding the f32 projection once gives
   // the same values, so the new rows' queries and keys (and an uncached sequence's K and V, read
   // from this buffer) are what a full forward of the whole sequence would use.
-  if (bf16) RoundToBf16Values(qkv, n * q_ld);
+  if (bf16) RoundToBf16InPlace(qkv, n * q_ld);
   // 2. Append K and V of the new rows to the cached sequences (past their committed length).
   if (!in.cross_attention) {
     for (int64_t i = 0; i < in.query.num_sequences(); ++i) {
