@@ -4,6 +4,12 @@
 //   BM_DecodeBatched      64 sequences with 128 cached tokens each: one decode step of all 64 in
 //                         one CachedAttentionExecutor::Forward (M = 64 for the projections).
 //   BM_DecodeOneAtATime   the same 64 steps as 64 forwards of one sequence each.
+//   BM_DecodeGrowing      issue 19's service mix offline: 64 sequences prefilled with 64 tokens,
+//                         then 128 decode steps of all 64 (each grows every cache by one token,
+//                         64 -> 192, mean 128; a new block per sequence every 16 steps), on a
+//                         fresh pool each time; prefault:1 maps the pool's pages first, as the
+//                         server's idle loop does (--kv-cache-prefault-mb). Only the steps are
+//                         timed. Against BM_DecodeBatched/B:64/P:128 it shows what growth costs.
 //   BM_DecodeLong         one sequence at 2048 cached tokens, one full decode step (projections
 //                         included: their 4 MiB of weights are read too).
 //   BM_PagedDecodeKernel  the attention kernel alone: B:1/P:2048 for that step (8 heads × 2048
@@ -12,7 +18,7 @@
 // The machine's read bandwidth they compare with is BM_MemoryRead (ceiling_bench.cc).
 // Counters: tokens/s (items) and bytes/s (K/V bytes read, 4 or 2 per element). After each step the
 // sequences are cut back to their cached length (Commit + Trim, O(1)), so every iteration does the
-// same work.
+// same work (except in BM_DecodeGrowing, whose caches grow as a decoding client's would).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -172,6 +178,38 @@ void BM_DecodeLong(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * (past + 1) * kD * ElementBytes(bf16));
 }
 BENCHMARK(BM_DecodeLong)->ArgNames({"P", "bf16"})->Args({2048, 0})->Args({2048, 1})->UseRealTime();
+
+void BM_DecodeGrowing(benchmark::State& state) {
+  const int64_t b = state.range(0), prompt = state.range(1), steps = state.range(2);
+  const bool bf16 = state.range(3) != 0, prefault = state.range(4) != 0;
+  if (!CanRun(state, bf16)) return;
+  const std::vector<float> x = Random(b * kD, 4);
+  std::vector<float> out(x.size());
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto s = std::make_unique<DecodeSetup>(b, prompt, bf16);
+    if (prefault) {
+      const int64_t bt = s->pool->options().block_tokens;
+      const int64_t blocks = b * ((prompt + steps + bt - 1) / bt);
+      s->pool->Prefault(blocks, blocks);
+    }
+    state.ResumeTiming();
+    for (int64_t step = 0; step < steps; ++step) {
+      if (!Step(*s, 0, b, x, out).ok()) state.SkipWithError("forward failed");
+    }
+    state.PauseTiming();
+    s.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * b * steps);
+}
+BENCHMARK(BM_DecodeGrowing)
+    ->ArgNames({"B", "P", "S", "bf16", "prefault"})
+    ->Args({64, 64, 128, 0, 0})
+    ->Args({64, 64, 128, 1, 0})
+    ->Args({64, 64, 128, 0, 1})
+    ->Args({64, 64, 128, 1, 1})
+    ->UseRealTime();
 
 void BM_PagedDecodeKernel(benchmark::State& state) {
   const int64_t b = state.range(0), past = state.range(1), dk = kD / kHeads;
