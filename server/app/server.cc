@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/onednn_support.h"
 #include "server/app/accept_guard.h"
-#include "server/app/certificate_monitor.h"
 #include "server/app/kv_cache_budget.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/tls_credentials.h"
@@ -31,6 +30,7 @@ namespace {
 constexpr std::chrono::milliseconds kCloseLinger{50};
 
 absl::Status ValidateOptions(const ServerOptions& options) {
+  if (absl::Status status = ValidateTlsOptions(options.tls); !status.ok()) return status;
   if (absl::Status status = ValidateModelLimits(options.model_limits); !status.ok()) {
     return status;
   }
@@ -299,11 +299,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
     spdlog::warn("{}; a moment at the open-file limit may stop the server accepting connections",
                  guard.ToString());
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(options.tls);
-  if (!credentials.ok()) return credentials.status();
+  if (TlsEnabled(options.tls)) {
+    VerifiedTlsFiles::FailureCounter count_failure;
+    if (server->metrics_ != nullptr) {
+      count_failure = [metrics = server->metrics_.get()](TlsFile file) {
+        // "tls_cert_chain" -> "cert_chain".
+        metrics->CountTlsReloadFailure(std::string_view(TlsFileOption(file)).substr(4));
+      };
+    }
+    absl::StatusOr<std::unique_ptr<VerifiedTlsFiles>> files =
+        VerifiedTlsFiles::Start(options.tls, std::move(count_failure));
+    if (!files.ok()) return files.status();
+    server->tls_files_ = *std::move(files);
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.grpc_address, *credentials, &server->port_);
+  builder.AddListeningPort(options.grpc_address, MakeServerCredentials(server->tls_files_.get()),
+                           &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->inference_service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
@@ -341,10 +352,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                                                "\" (in use, or not a host:port this machine has)"));
   }
 
-  if (TlsEnabled(options.tls)) {
-    server->certificate_monitor_ = std::make_unique<CertificateMonitor>(
-        options.tls.cert_chain_path, absl::Seconds(options.tls.refresh_interval_s));
-  }
   if (options.malloc_trim_interval_ms > 0) {
     server->trimmer_ =
         std::make_unique<MemoryTrimmer>(absl::Milliseconds(options.malloc_trim_interval_ms));

@@ -14,11 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/util/notification.h"
-#include "server/app/certificate_monitor.h"
 #include "server/app/decode_compute_teams.h"
 #include "server/app/decode_metrics_listener.h"
 #include "server/app/memory_trimmer.h"
 #include "server/app/server_options.h"
+#include "server/app/verified_tls_files.h"
 #include "server/decoding/decode_runtime.h"
 #include "server/metrics/metrics_exposer.h"
 #include "server/metrics/server_metrics.h"
@@ -100,9 +100,10 @@ class Server {
   std::unique_ptr<decoding::DecodeRuntime> decode_runtime_;
   std::unique_ptr<AttentionService> service_;
   std::unique_ptr<InferenceService> inference_service_;  // Shares service_'s submitter.
+  // Before the gRPC server: its certificate provider reads their files until it is destroyed.
+  std::unique_ptr<VerifiedTlsFiles> tls_files_;  // Null without TLS.
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MemoryTrimmer> trimmer_;  // Null when malloc_trim_interval_ms is 0.
-  std::unique_ptr<CertificateMonitor> certificate_monitor_;  // Null without TLS.
   // Last: scrapes read the router and the lifecycle, so the exposer stops first.
   std::unique_ptr<metrics::MetricsExposer> exposer_;
   int port_ = 0;

@@ -3,32 +3,16 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
-#include <fstream>
-#include <sstream>
-
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/app/verified_tls_files.h"
 
 namespace attnserve::server {
 namespace {
 
-// OK when `path` can be read and holds a PEM block whose label contains `label` ("CERTIFICATE",
-// "PRIVATE KEY"); `option` names the flag in the error.
-absl::Status CheckPemFile(const std::string& option, const std::string& path,
-                          const std::string& label) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat(option, ": cannot read \"", path, "\""));
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-  const std::string contents = text.str();
-  if (!absl::StrContains(contents, "-----BEGIN ") || !absl::StrContains(contents, label)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(option, ": \"", path, "\" holds no PEM block of a ", label));
-  }
-  return absl::OkStatus();
-}
+// How often gRPC re-reads VerifiedTlsFiles' private copy: local files that change only when a
+// checked set is published, so reading them often costs nothing and adds at most this delay to a
+// rotation.
+constexpr unsigned int kCopyRefreshIntervalS = 1;
 
 }  // namespace
 
@@ -36,14 +20,13 @@ bool TlsEnabled(const TlsOptions& options) {
   return !options.cert_chain_path.empty() || !options.private_key_path.empty();
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsOptions& options) {
+absl::Status ValidateTlsOptions(const TlsOptions& options) {
   if (!TlsEnabled(options)) {
     if (!options.client_ca_path.empty()) {
       return absl::InvalidArgumentError(
           "tls_client_ca: mutual TLS needs tls_cert_chain and tls_private_key too");
     }
-    return grpc::InsecureServerCredentials();
+    return absl::OkStatus();
   }
   if (options.cert_chain_path.empty() || options.private_key_path.empty()) {
     return absl::InvalidArgumentError(
@@ -53,25 +36,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     return absl::InvalidArgumentError(
         absl::StrCat("tls_refresh_interval_s: expected >= 1, got ", options.refresh_interval_s));
   }
-  if (absl::Status status = CheckPemFile("tls_cert_chain", options.cert_chain_path, "CERTIFICATE");
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status =
-          CheckPemFile("tls_private_key", options.private_key_path, "PRIVATE KEY");
-      !status.ok()) {
-    return status;
-  }
-  const bool mutual = !options.client_ca_path.empty();
-  if (mutual) {
-    if (absl::Status status = CheckPemFile("tls_client_ca", options.client_ca_path, "CERTIFICATE");
-        !status.ok()) {
-      return status;
-    }
-  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const VerifiedTlsFiles* files) {
+  if (files == nullptr) return grpc::InsecureServerCredentials();
+  const bool mutual = !files->client_ca_path().empty();
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      options.private_key_path, options.cert_chain_path, options.client_ca_path,
-      static_cast<unsigned int>(options.refresh_interval_s));
+      files->private_key_path(), files->cert_chain_path(), files->client_ca_path(),
+      kCopyRefreshIntervalS);
   grpc::experimental::TlsServerCredentialsOptions tls(provider);
   tls.watch_identity_key_cert_pairs();
   if (mutual) {
@@ -89,7 +62,7 @@ std::string DescribeTls(const TlsOptions& options) {
                                   options.cert_chain_path, ", key ", options.private_key_path);
   if (!options.client_ca_path.empty())
     absl::StrAppend(&text, ", client CA ", options.client_ca_path);
-  absl::StrAppend(&text, ", re-read every ", options.refresh_interval_s, " s)");
+  absl::StrAppend(&text, ", checked every ", options.refresh_interval_s, " s)");
   return text;
 }
 

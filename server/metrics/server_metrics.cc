@@ -9,6 +9,9 @@
 namespace attnserve::server::metrics {
 namespace {
 
+// The `file` labels of attnserve_tls_reload_failures_total.
+constexpr std::array<std::string_view, 3> kTlsFiles = {"cert_chain", "private_key", "client_ca"};
+
 std::vector<double> PowersOf(double start, double factor, int count) {
   std::vector<double> bounds;
   bounds.reserve(count);
@@ -199,6 +202,17 @@ ServerMetrics::ServerMetrics(const BuildInfo& build)
                "a symlink loop, no permission); the models loaded before keep serving.")
            .Register(*registry_)
            .Add({});
+  prometheus::Family<prometheus::Counter>& tls_failures =
+      BuildCounter()
+          .Name("attnserve_tls_reload_failures_total")
+          .Help(
+              "Times a changed TLS file (cert_chain, private_key, client_ca) was refused: empty, "
+              "half-written, unreadable, not PEM, or a key that does not match the certificate; "
+              "the last good set keeps serving.")
+          .Register(*registry_);
+  for (size_t i = 0; i < kTlsFiles.size(); ++i) {
+    tls_reload_failures_[i] = &tls_failures.Add({{"file", std::string(kTlsFiles[i])}});
+  }
   inflight_ = &BuildGauge()
                    .Name("attnserve_inflight_requests")
                    .Help(
@@ -238,6 +252,12 @@ ModelMetrics& ServerMetrics::ForModel(std::string_view name) {
   std::shared_lock<std::shared_mutex> lock(mu_);
   auto it = models_.find(name);
   return it != models_.end() ? *it->second : *unknown_;
+}
+
+void ServerMetrics::CountTlsReloadFailure(std::string_view file) {
+  for (size_t i = 0; i < kTlsFiles.size(); ++i) {
+    if (kTlsFiles[i] == file) tls_reload_failures_[i]->Increment();
+  }
 }
 
 void ServerMetrics::CountLoadFailure(const std::string& name) {

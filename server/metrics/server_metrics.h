@@ -150,6 +150,9 @@ class ServerMetrics {
   void CountLoadFailure(const std::string& name);
   // attnserve_repository_scan_failures_total: the repository folder became unreadable.
   void CountRepositoryScanFailure() { repository_scan_failures_->Increment(); }
+  // attnserve_tls_reload_failures_total{file}: a changed TLS file (`file` is "cert_chain",
+  // "private_key" or "client_ca") was refused and the last good set kept serving.
+  void CountTlsReloadFailure(std::string_view file);
   // attnserve_inflight_requests: +1 when a request arrives, -1 when it is answered.
   void RequestStarted() { inflight_->Increment(); }
   void RequestEnded() { inflight_->Decrement(); }
@@ -178,6 +181,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* tokens_;
   prometheus::Family<prometheus::Counter>* load_failures_;
   prometheus::Counter* repository_scan_failures_;
+  std::array<prometheus::Counter*, 3> tls_reload_failures_{};  // cert_chain, private_key, client_ca
   prometheus::Gauge* inflight_;
   std::shared_ptr<SnapshotCollectable> snapshots_;
   std::shared_ptr<prometheus::Collectable> process_;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -263,6 +264,88 @@ TEST_F(TlsTest, RotationIsPickedUpWhileAClientKeepsCalling) {
   EXPECT_TRUE(server->WaitForLine("changed, now serving", absl::Seconds(5))) << server->Output();
   EXPECT_EQ(failures.load(), 0) << first_failure;
   EXPECT_GT(calls.load(), calls_at_rotation + 20);
+}
+
+// An operator's in-place rewrites of each TLS file while a client keeps calling: `cp` over it
+// (truncate, then write), a truncation, a partial write, garbage, a mismatched key, a deletion,
+// 200 times per file, some held longer than the refresh interval so that every bad content is
+// seen. gRPC's own watcher would hand an empty file on and abort the process; the server keeps
+// the last good set, refuses nothing, and counts what it rejected.
+TEST_F(TlsTest, RewritingEveryFileInPlaceUnderLoadNeverStopsTheServer) {
+  const fs::path dir = temp_.path();
+  const fs::path chain = dir / "server.pem", key = dir / "server.key", ca = dir / "ca.pem";
+  fs::copy_file(Cert("server.pem"), chain);
+  fs::copy_file(Cert("server.key"), key);
+  fs::copy_file(Cert("ca.pem"), ca);
+  std::unique_ptr<ChildProcess> server = StartServer(chain.string(), key.string(), ca.string());
+  ASSERT_NE(server, nullptr);
+  ac::ClientOptions mutual = Trusting();
+  mutual.tls_cert_chain_path = Cert("client.pem");
+  mutual.tls_private_key_path = Cert("client.key");
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> calls{0}, failures{0};
+  std::string first_failure;
+  std::thread caller([&] {
+    absl::StatusOr<std::unique_ptr<ac::Client>> steady = ac::Client::Create(target(), mutual);
+    const std::vector<float> input(2 * 512, 0.5f);
+    for (int i = 0; i < 20000 && !stop.load(); ++i) {
+      absl::Status status =
+          i % 10 == 0 ? AttendOnce(mutual) : (*steady)->Attend("", {input, {2, 512}}).status();
+      calls.fetch_add(1);
+      if (!status.ok() && failures.fetch_add(1) == 0) first_failure = status.ToString();
+    }
+  });
+  auto write = [](const fs::path& path, const std::string& contents) {
+    FILE* file = std::fopen(path.c_str(), "w");  // Truncates in place, as cp does.
+    ASSERT_NE(file, nullptr);
+    std::fwrite(contents.data(), 1, contents.size(), file);
+    std::fclose(file);
+  };
+  auto read = [](const std::string& path) {
+    std::string text;
+    FILE* file = std::fopen(path.c_str(), "r");
+    char buffer[4096];
+    for (size_t n = 0; file != nullptr && (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;)
+      text.append(buffer, n);
+    if (file != nullptr) std::fclose(file);
+    return text;
+  };
+  for (const auto& [path, good, other] :
+       {std::tuple{chain, read(Cert("server.pem")), read(Cert("server2.pem"))},
+        std::tuple{key, read(Cert("server.key")), read(Cert("server2.key"))},
+        std::tuple{ca, read(Cert("ca.pem")), read(Cert("other-ca.key"))}}) {
+    const std::vector<std::string> bad = {"", good.substr(0, good.size() / 2), "garbage\n", other};
+    for (int i = 0; i < 200; ++i) {
+      if (i % 100 == 0) {
+        // Held past the 1 s refresh interval: every check in between sees it.
+        write(path, bad[static_cast<size_t>(i / 100)]);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+      } else if (i == 150) {
+        fs::remove(path);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+      } else {
+        write(path, bad[static_cast<size_t>(i) % bad.size()]);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      write(path, good);
+    }
+  }
+  const int calls_at_end = calls.load();
+  while (calls.load() < calls_at_end + 20 && calls.load() < 20000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop.store(true);
+  caller.join();
+
+  EXPECT_EQ(server->Wait(absl::Milliseconds(100)), -1) << "the server exited\n" << server->Output();
+  EXPECT_TRUE(AttendOnce(mutual).ok());
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+  EXPECT_GT(calls.load(), 100);
+  EXPECT_GE(server->WaitForLines("TLS files rejected, the last good set keeps serving", 3,
+                                 absl::Seconds(1)),
+            3)
+      << server->Output();
 }
 
 }  // namespace

@@ -129,7 +129,13 @@ TEST(ServerMetricsTest, BuildInfoLoadFailuresAndInflight) {
   metrics.RequestStarted();
   metrics.RequestStarted();
   metrics.RequestEnded();
+  metrics.CountTlsReloadFailure("private_key");
+  metrics.CountTlsReloadFailure("private_key");
+  metrics.CountTlsReloadFailure("client_ca");
   const Samples samples = Collect(metrics);
+  EXPECT_EQ(ValueOf(samples, "attnserve_tls_reload_failures_total{file=\"private_key\"}"), 2);
+  EXPECT_EQ(ValueOf(samples, "attnserve_tls_reload_failures_total{file=\"client_ca\"}"), 1);
+  EXPECT_EQ(ValueOf(samples, "attnserve_tls_reload_failures_total{file=\"cert_chain\"}"), 0);
   EXPECT_EQ(
       ValueOf(samples,
               "attnserve_build_info{isa=\"avx2\",native_bf16=\"false\",onednn_version=\"2.6.3\","

@@ -1,21 +1,16 @@
-#include "server/app/certificate_monitor.h"
+#include "server/app/certificate_summary.h"
 
 #include <openssl/asn1.h>
 #include <openssl/bio.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
-#include <pthread.h>
 
 #include <ctime>
-#include <fstream>
 #include <memory>
-#include <sstream>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "spdlog/spdlog.h"
 
 namespace attnserve::server {
 namespace {
@@ -29,14 +24,6 @@ struct X509Free {
 struct NamesFree {
   void operator()(GENERAL_NAMES* names) const { GENERAL_NAMES_free(names); }
 };
-
-std::string ReadAll(const std::string& path, bool* ok) {
-  std::ifstream file(path, std::ios::binary);
-  *ok = static_cast<bool>(file);
-  std::ostringstream text;
-  if (*ok) text << file.rdbuf();
-  return text.str();
-}
 
 // "CN=localhost,O=x" (RFC 2253 order).
 std::string NameText(const X509_NAME* name) {
@@ -78,14 +65,11 @@ std::string AltNames(X509* cert) {
 
 }  // namespace
 
-absl::StatusOr<CertificateSummary> ReadCertificateSummary(const std::string& path) {
-  bool ok = false;
-  const std::string pem = ReadAll(path, &ok);
-  if (!ok) return absl::NotFoundError(absl::StrCat("\"", path, "\": cannot read"));
+absl::StatusOr<CertificateSummary> SummarizeCertificate(std::string_view pem) {
   std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   std::unique_ptr<X509, X509Free> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", path, "\": no PEM certificate"));
+    return absl::InvalidArgumentError("no PEM certificate");
   }
   return CertificateSummary{.subject = NameText(X509_get_subject_name(cert.get())),
                             .issuer = NameText(X509_get_issuer_name(cert.get())),
@@ -107,44 +91,6 @@ std::string DescribeCertificate(const CertificateSummary& summary, absl::Time no
     absl::StrAppend(&text, "; NOT YET VALID: clients refuse it (certificate verify failed)");
   }
   return text;
-}
-
-CertificateMonitor::CertificateMonitor(std::string path, absl::Duration interval)
-    : path_(std::move(path)) {
-  std::string last;
-  Check(&last);
-  thread_ = std::thread([this, interval, last]() mutable {
-    while (!stop_.WaitForNotificationWithTimeout(interval)) Check(&last);
-  });
-  pthread_setname_np(thread_.native_handle(), "attnserve-tls");
-}
-
-CertificateMonitor::~CertificateMonitor() {
-  stop_.Notify();
-  thread_.join();
-}
-
-void CertificateMonitor::Check(std::string* last) const {
-  bool ok = false;
-  std::string contents = ReadAll(path_, &ok);
-  if (contents == *last) return;
-  const bool first = last->empty();
-  *last = std::move(contents);
-  absl::StatusOr<CertificateSummary> summary = ReadCertificateSummary(path_);
-  if (!summary.ok()) {
-    spdlog::warn("TLS certificate {}: {}", path_, summary.status().ToString());
-    return;
-  }
-  const absl::Time now = absl::Now();
-  const std::string text = DescribeCertificate(*summary, now);
-  const bool valid = now >= summary->not_before && now <= summary->not_after;
-  if (valid) {
-    spdlog::info("TLS certificate {} {}: {}", path_, first ? "serving" : "changed, now serving",
-                 text);
-  } else {
-    spdlog::warn("TLS certificate {} {}: {}", path_, first ? "serving" : "changed, now serving",
-                 text);
-  }
 }
 
 }  // namespace attnserve::server
