@@ -121,6 +121,27 @@ class PackageTest(unittest.TestCase):
         for sequence, output in zip(sequences, outputs):
             np.testing.assert_allclose(output, self.local(sequence[None])[0][0], atol=1e-4)
 
+    def test_variable_lengths_with_padded_memory_keep_every_key_column(self):
+        # A list of queries and one padded [B, S, d] memory: each sequence's weights are
+        # [heads, T_i, S] (or [heads, T_i, memory_lengths[i]]), never cut to T_i key columns.
+        rng = np.random.default_rng(6)
+        sequences = [rng.standard_normal((n, D_MODEL)).astype(np.float32) for n in (3, 5)]
+        memory = rng.standard_normal((2, 9, D_MODEL)).astype(np.float32)
+        for memory_lengths in (None, [9, 4]):
+            with self.subTest(memory_lengths=memory_lengths):
+                outputs, weights = self.client.attend(sequences, memory=memory,
+                                                      memory_lengths=memory_lengths,
+                                                      return_weights=True)
+                keys = memory_lengths or [9, 9]
+                self.assertEqual([w.shape for w in weights],
+                                 [(HEADS, 3, keys[0]), (HEADS, 5, keys[1])])
+                for i, sequence in enumerate(sequences):
+                    expected, expected_weights = self.local(sequence[None],
+                                                            memory[i:i + 1, :keys[i]],
+                                                            average_attn_weights=False)
+                    np.testing.assert_allclose(outputs[i], expected[0], atol=1e-4)
+                    np.testing.assert_allclose(weights[i], expected_weights[0], atol=1e-4)
+
     def test_errors_carry_code_and_message(self):
         with self.assertRaises(self.attnserve.AttnserveError) as caught:
             self.client.attend(np.zeros((2, 5), np.float32))

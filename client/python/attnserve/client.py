@@ -114,6 +114,7 @@ def _pad(sequences, name):
 class _Call:
     request: object
     lengths: list = None  # set when the input was a list: answers are unpadded into a list
+    key_lengths: list = None  # with lengths: each sequence's key columns in its weights
 
 
 def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weights, lengths,
@@ -139,17 +140,26 @@ def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weigh
         _fill_tensor(request.attn_mask, np.asarray(attn_mask) != 0, "attn_mask")
     if head_mask is not None:
         request.head_mask.extend(bool(h) for h in head_mask)
-    return _Call(request, lengths if listed else None)
+    if not listed:
+        return _Call(request)
+    # Keys are the queries themselves (self-attention), memory's own lengths, or, for a padded
+    # memory without them, its every row.
+    if memory is None:
+        key_lengths = lengths
+    elif memory_lengths is not None:
+        key_lengths = [int(n) for n in memory_lengths]
+    else:
+        key_lengths = [request.memory.shape[-2]] * len(lengths)
+    return _Call(request, lengths, key_lengths)
 
 
 def _answer(call, response, return_weights):
     output = _decode(response.output)
     weights = _decode(response.weights) if return_weights else None
     if call.lengths is not None:
-        memory_lengths = list(call.request.memory_lengths) or call.lengths
         output = [output[i, :n] for i, n in enumerate(call.lengths)]
         if weights is not None:
-            weights = [weights[i, :, :n, :memory_lengths[i]] for i, n in enumerate(call.lengths)]
+            weights = [weights[i, :, :n, :call.key_lengths[i]] for i, n in enumerate(call.lengths)]
     return (output, weights) if return_weights else output
 
 
@@ -279,9 +289,10 @@ class Client:
                timeout_s=None, request_id="", wire_dtype=None):
         """Attention over x ([T, d], [B, T, d], or a list of [T_i, d]); returns the output in
         x's form, or (output, weights) when return_weights. memory: cross-attention keys/values
-        (same form as x). attn_mask: [T, S] / [B, T, S], non-zero = may attend. head_mask: one
-        flag per head. wire_dtype: "fp32", "bf16" or "f16" for this call (default: the
-        client's)."""
+        (same form as x, or padded [B, S, d] with a list x: then each sequence's weights are
+        [heads, T_i, S], or S = memory_lengths[i] when given). attn_mask: [T, S] / [B, T, S],
+        non-zero = may attend. head_mask: one flag per head. wire_dtype: "fp32", "bf16" or "f16"
+        for this call (default: the client's)."""
         call = _attend_request(self.model if model is None else model, x, memory, causal,
                                attn_mask, head_mask, return_weights, lengths, memory_lengths,
                                request_id, wire_dtype or self.wire_dtype)
