@@ -230,6 +230,33 @@ class PackageTest(unittest.TestCase):
             else:
                 torch.testing.assert_close(weights, expected_weights, atol=1e-4, rtol=0)
 
+    def test_remote_module_answers_in_the_query_dtype_and_device(self):
+        # As nn.MultiheadAttention: output and weights in the query's dtype, on its device.
+        remote = self.remote.RemoteMultiheadAttention(D_MODEL, HEADS, client=self.client,
+                                                      model="mha", batch_first=True)
+        torch.manual_seed(5)
+        x32 = torch.randn(2, 5, D_MODEL)
+        memory32 = torch.randn(2, 7, D_MODEL)
+        for dtype in (torch.float64, torch.float16, torch.bfloat16):
+            x, memory = x32.to(dtype), memory32.to(dtype)
+            # The reference: PyTorch's module in float32 on the same (rounded) values.
+            with torch.no_grad():
+                expected, expected_weights = self.mha(x.float(), memory.float(), memory.float())
+            # The answer rounded to dtype once: within a few units of its rounding.
+            atol = 1e-4 if dtype == torch.float64 else 4 * torch.finfo(dtype).eps
+            for need_weights in (True, False):
+                with self.subTest(dtype=dtype, need_weights=need_weights), torch.no_grad():
+                    output, weights = remote(x, memory, memory, need_weights=need_weights)
+                    self.assertEqual((output.dtype, output.device), (dtype, x.device))
+                    torch.testing.assert_close(output.float(), expected,
+                                               atol=atol * expected.abs().max().item(), rtol=0)
+                    if not need_weights:
+                        self.assertIsNone(weights)
+                        continue
+                    self.assertEqual((weights.dtype, weights.device), (dtype, x.device))
+                    torch.testing.assert_close(weights.float(), expected_weights, atol=atol,
+                                               rtol=0)
+
 
 class TlsTest(unittest.TestCase):
     """Client and AsyncClient over TLS and mutual TLS, against attnserve with certificates made
