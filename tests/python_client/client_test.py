@@ -22,9 +22,13 @@ ARGS = None
 D_MODEL, HEADS = 32, 4
 
 
-def install_package(folder):
-    """pip-installs client/python into `folder`/site (once per run) and imports it."""
-    site = os.path.join(folder, "site")
+_SITE = tempfile.TemporaryDirectory()  # The installed package, for every test class of a run.
+
+
+def install_package():
+    """pip-installs client/python into a temporary folder (once per run: every test class
+    shares it) and imports it."""
+    site = os.path.join(_SITE.name, "site")
     if "attnserve" not in sys.modules:
         # As a user installs it: pip from the repository, no index, Debian's packages.
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
@@ -41,7 +45,7 @@ class PackageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.attnserve = install_package(cls.tmp.name)
+        cls.attnserve = install_package()
         cls.remote = importlib.import_module("attnserve.torch")
         export_torch = importlib.import_module("export_torch")
         torch.manual_seed(7)
@@ -258,6 +262,92 @@ class PackageTest(unittest.TestCase):
                                                rtol=0)
 
 
+class ResourceExhaustedRetryTest(unittest.TestCase):
+    """Which RESOURCE_EXHAUSTED answers of a live attnserve the client retries: a full queue
+    (a retry can succeed), never a request over a size limit (every retry would fail alike)."""
+
+    RETRIES = 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.attnserve = install_package()
+        torch.manual_seed(8)
+        mha = torch.nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True).eval()
+        cls.repository = os.path.join(cls.tmp.name, "models")
+        importlib.import_module("export_torch").export_mha(mha, os.path.join(cls.repository,
+                                                                             "mha"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def server(self, *args):
+        live_server = importlib.import_module("live_server")
+        return live_server.LiveServer(ARGS.attnserve, "--model-repository", self.repository,
+                                      *args)
+
+    def attempts(self, client, x, timeout_s=30):
+        """Attend attempts the client makes for `x` (retries included) and its final error."""
+        calls = []
+
+        def counted(request, timeout=None):
+            calls.append(request)
+            return client._stub.Attend(request, timeout=timeout)
+
+        request = client_request(x)
+        with self.assertRaises(self.attnserve.AttnserveError) as caught:
+            client._call(counted, request, timeout_s)
+        return len(calls), caught.exception
+
+    def test_size_refusals_are_not_retried(self):
+        # x of 64 tokens: 8 KiB of float32, over each limit below, however often it is sent.
+        x = np.zeros((64, D_MODEL), np.float32)
+        cases = {"gRPC's message limit": ("--max-message-bytes", "4096"),
+                 "one model's queued bytes": ("--max-queued-bytes-per-model", "4096"),
+                 "the server's queued bytes": ("--max-queued-bytes", "4096")}
+        for name, flags in cases.items():
+            with self.subTest(name), self.server(*flags) as server, self.attnserve.Client(
+                    server.target, retries=self.RETRIES, backoff_s=0.001) as client:
+                count, error = self.attempts(client, x)
+                self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED, error.message)
+                self.assertEqual(count, 1, error.message)
+                # The same server answers a request within its limits.
+                self.assertEqual(client.attend(x[:2]).shape, (2, D_MODEL))
+
+    def test_full_queue_is_retried(self):
+        # One queued request fills the queue (max_queue_size 1) and waits for a second
+        # sequence (max_batch_sequences 2) far longer than the test: every other request is
+        # refused "batch queue is full", which a retry can get past once the queue drains.
+        x = np.zeros((1, D_MODEL), np.float32)
+        with self.server("--max-queue-size", "1", "--max-batch-sequences", "2",
+                         "--max-queue-delay-us", "60000000") as server, self.attnserve.Client(
+                             server.target, retries=self.RETRIES, backoff_s=0.001) as client:
+            request = client_request(x)
+            for _ in range(20):  # Until the holder is the queued one (bounded).
+                holder = client._stub.Attend.future(request, timeout=60)
+                try:
+                    client._stub.Attend(request, timeout=2)
+                except grpc.RpcError as error:
+                    if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        break
+                holder.cancel()
+            else:
+                self.fail("no request stayed queued")
+            count, error = self.attempts(client, x)
+            holder.cancel()
+        self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("batch queue is full", error.message)
+        self.assertEqual(count, 1 + self.RETRIES)
+
+
+def client_request(x):
+    """The AttendRequest that Client.attend sends for `x`."""
+    client_module = importlib.import_module("attnserve.client")
+    return client_module._attend_request("mha", x, None, False, None, None, False, None, None,
+                                         "").request
+
+
 class TlsTest(unittest.TestCase):
     """Client and AsyncClient over TLS and mutual TLS, against attnserve with certificates made
     by deploy/make-test-certs.sh (openssl, at test time)."""
@@ -265,7 +355,7 @@ class TlsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.attnserve = install_package(cls.tmp.name)
+        cls.attnserve = install_package()
         cls.certs = os.path.join(cls.tmp.name, "certs")
         subprocess.run(["bash", os.path.join(ARGS.root, "deploy", "make-test-certs.sh"),
                         cls.certs], check=True)

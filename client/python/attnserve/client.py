@@ -3,13 +3,23 @@
 Tensors travel as raw little-endian bytes (Tensor.raw): float32, or with wire_dtype "bf16" / "f16"
 at 2 bytes per element both ways (rounded to nearest, ties to even; answers come back as float32
 arrays whatever the wire carried). A list of [T_i, d] arrays is sent
-as one padded [B, max T, d] request with lengths, and answered as a list again. Calls that fail
-with UNAVAILABLE or RESOURCE_EXHAUSTED (server busy, restarting, draining) are retried with
-exponential backoff, `retries` times at most, within the call's deadline.
+as one padded [B, max T, d] request with lengths, and answered as a list again.
+
+Retries: a call is retried with exponential backoff, `retries` times at most, within its
+deadline, only where a retry can succeed:
+- UNAVAILABLE (no connection, server restarting or draining);
+- RESOURCE_EXHAUSTED from attnserve's queue admission, which the server alone marks: its message
+  ends "; retry with backoff" (batch queue full: max_queue_size requests waiting; or queued bytes
+  at max_queued_bytes), unless it names a request larger than the limit itself ("max_queued_bytes
+  (L) ... this request holds B" with B > L), which no drained queue would admit.
+Every other RESOURCE_EXHAUSTED fails at once: gRPC's message size limits ("Received message
+larger than max", on either side: the same request always fails), the server's own memory
+failures, and anything else without the server's mark.
 """
 import asyncio
 import dataclasses
 import random
+import re
 import time
 
 import grpc
@@ -18,7 +28,10 @@ import numpy as np
 from attnserve.v1 import attention_pb2 as pb
 from attnserve.v1 import attention_pb2_grpc as pb_grpc
 
-_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+# See the module docstring: the server's mark on its queue admission refusals, and the sizes
+# they name.
+_RETRY_MARK = "; retry with backoff"
+_QUEUED_BYTES = re.compile(r"max_queued_bytes \((\d+)\).*this request holds (\d+)")
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _MAX_MESSAGE_BYTES = 256 << 20
 
@@ -175,6 +188,20 @@ def _is_serving(response):
     return response == b"\x08\x01"
 
 
+def _retryable(error):
+    """Whether a retry of the call that failed with grpc.RpcError `error` can succeed."""
+    code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return True
+    if code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    details = error.details() or ""
+    if _RETRY_MARK not in details:
+        return False
+    sizes = _QUEUED_BYTES.search(details)
+    return sizes is None or int(sizes.group(2)) <= int(sizes.group(1))
+
+
 class _Retrying:
     def __init__(self, retries, backoff_s):
         self.retries = retries
@@ -244,7 +271,9 @@ def _remaining(deadline):
 class Client:
     """A blocking client of one attnserve target ("host:port"). Thread-safe; one channel.
 
-    timeout_s: default deadline of each call (None = none). retries / backoff_s: see above.
+    timeout_s: default deadline of each call (None = none). retries / backoff_s: the most retries
+    of a call and the first backoff (doubling, jittered); which failures are retried: see the
+    module docstring.
     TLS (all None: plaintext), as attnserve-cli's --tls-* flags: tls_ca, the PEM file of the CAs
     trusted to sign the server's certificate ("system": the system's trust store);
     tls_cert_chain and tls_private_key, this client's certificate and key for servers that
@@ -279,7 +308,7 @@ class Client:
             try:
                 return method(request, timeout=_remaining(deadline))
             except grpc.RpcError as error:
-                delay = next(delays, None) if error.code() in _RETRYABLE else None
+                delay = next(delays, None) if _retryable(error) else None
                 if delay is None:
                     raise _error(error, self._tls) from None
                 time.sleep(delay)
@@ -351,7 +380,7 @@ class AsyncClient:
             try:
                 return await method(request, timeout=_remaining(deadline))
             except grpc.RpcError as error:
-                delay = next(delays, None) if error.code() in _RETRYABLE else None
+                delay = next(delays, None) if _retryable(error) else None
                 if delay is None:
                     raise _error(error, self._tls) from None
                 await asyncio.sleep(delay)
