@@ -121,8 +121,11 @@ absl::StatusOr<v1::AttendRequest> MakeAttendRequest(std::string_view model, Tens
     }
   }
   if (options.attn_mask) {
-    if (absl::Status status = FillTensor("attn_mask", *options.attn_mask, options.raw, format,
-                                         request.mutable_attn_mask());
+    // A mask, not data: always float32 (each tensor carries its own dtype), so that no value
+    // changes meaning on a 16-bit wire (f16 makes 1e-8, allowed, a blocking 0 and 1e6 an inf the
+    // server refuses). The server reads only zero / non-zero and finiteness.
+    if (absl::Status status = FillTensor("attn_mask", *options.attn_mask, options.raw,
+                                         FloatFormat::kFloat32, request.mutable_attn_mask());
         !status.ok()) {
       return status;
     }

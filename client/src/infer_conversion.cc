@@ -1,13 +1,17 @@
 #include "client/src/infer_conversion.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
-#include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/util/checked_math.h"
 
 namespace attnserve::client::internal {
 namespace {
@@ -15,15 +19,21 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "raw tensors are little-endian float32: this library copies them as they are");
 
-// product(shape), or -1 for a negative dimension or an overflow.
-template <typename Dims>
-int64_t Elements(const Dims& shape) {
-  int64_t count = 1;
-  for (int64_t dim : shape) {
-    if (dim < 0 || (dim > 0 && count > std::numeric_limits<int64_t>::max() / dim)) return -1;
-    count *= dim;
+// product(shape) * element_bytes, or nullopt for a negative dimension or a product past int64_t.
+// Checked at every step: a shape comes from the other side (a hostile answer's can be anything),
+// and a wrapped product could match the bytes received and then size an allocation that throws.
+std::optional<int64_t> CheckedSize(std::span<const int64_t> shape, int64_t element_bytes) {
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t dim) { return dim < 0; })) {
+    return std::nullopt;
   }
-  return count;
+  const std::optional<int64_t> elements = CheckedProduct(shape);
+  if (!elements) return std::nullopt;
+  return CheckedProduct({*elements, element_bytes});
+}
+
+// "[2, 3]" for a message.
+std::string ShapeText(std::span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 std::optional<int64_t> Int64Parameter(const inference::ModelInferResponse& response,
@@ -41,10 +51,12 @@ std::optional<int64_t> Int64Parameter(const inference::ModelInferResponse& respo
 absl::StatusOr<inference::ModelInferRequest> MakeModelInferRequest(std::string_view model,
                                                                    TensorView input,
                                                                    const InferOptions& options) {
-  const int64_t count = Elements(input.shape);
-  if (count < 0 || static_cast<size_t>(count) != input.data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input: the shape holds ", count, " elements but the data has ", input.data.size()));
+  const std::optional<int64_t> count = CheckedSize(input.shape, 1);
+  if (!count || static_cast<uint64_t>(*count) != input.data.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input: the shape ", ShapeText(input.shape), " holds ",
+                     count ? absl::StrCat(*count) : "no valid count of",
+                     " elements but the data has ", input.data.size()));
   }
   inference::ModelInferRequest request;
   request.set_model_name(std::string(model));
@@ -74,20 +86,30 @@ absl::StatusOr<InferResult> ReadModelInferResponse(const inference::ModelInferRe
   }
   InferResult result;
   result.output.shape.assign(tensor.shape().begin(), tensor.shape().end());
-  const int64_t count = Elements(result.output.shape);
+  // Nothing is allocated before the shape, checked without overflow, matches what arrived: the
+  // allocation is bounded by the message received, and no shape can make it throw (an exception
+  // on InferAsync's gRPC thread would be fatal).
+  const std::span<const int64_t> shape = result.output.shape;
   if (index < response.raw_output_contents_size()) {
     const std::string& raw = response.raw_output_contents(index);
-    if (count < 0 || raw.size() != static_cast<size_t>(count) * sizeof(float)) {
-      return absl::InternalError(
-          absl::StrCat("answer's output: ", raw.size(), " raw bytes for ", count, " elements"));
+    const std::optional<int64_t> bytes = CheckedSize(shape, sizeof(float));
+    if (!bytes || static_cast<uint64_t>(*bytes) != raw.size()) {
+      return absl::InternalError(absl::StrCat("answer's output: ", raw.size(),
+                                              " raw bytes for shape ", ShapeText(shape), " (",
+                                              bytes ? absl::StrCat(*bytes, " bytes of FP32")
+                                                    : "a negative dimension or past 2^63 bytes",
+                                              ")"));
     }
-    result.output.data.resize(static_cast<size_t>(count));
+    result.output.data.resize(raw.size() / sizeof(float));
     std::memcpy(result.output.data.data(), raw.data(), raw.size());
   } else {
     const auto& values = tensor.contents().fp32_contents();
-    if (count < 0 || values.size() != count) {
-      return absl::InternalError(
-          absl::StrCat("answer's output: ", values.size(), " values for ", count, " elements"));
+    const std::optional<int64_t> count = CheckedSize(shape, 1);
+    if (!count || static_cast<uint64_t>(*count) != static_cast<uint64_t>(values.size())) {
+      return absl::InternalError(absl::StrCat(
+          "answer's output: ", values.size(), " values for shape ", ShapeText(shape), " (",
+          count ? absl::StrCat(*count, " elements") : "a negative dimension or past 2^63 elements",
+          ")"));
     }
     result.output.data.assign(values.begin(), values.end());
   }

@@ -19,7 +19,8 @@ absl::StatusOr<inference::ModelInferRequest> MakeModelInferRequest(std::string_v
                                                                    const InferOptions& options);
 
 // The result carried by `response`: its `output` (raw or fp32_contents) and the timing
-// parameters it has. Internal for an answer without a well-formed FP32 `output`.
+// parameters it has. Internal for an answer without a well-formed FP32 `output` (its shape's
+// size checked without overflow against the data that came: never an exception).
 absl::StatusOr<InferResult> ReadModelInferResponse(const inference::ModelInferResponse& response);
 
 }  // namespace attnserve::client::internal

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -108,6 +109,58 @@ TEST_F(ClientTest, SixteenBitWireHalvesTheBytesAndAnswersInFloat32) {
   }
   EXPECT_GT(fp32->request_bytes, rows * kSmallWidth * 4);
   EXPECT_GT(fp32->response_bytes, rows * kSmallWidth * 4);
+}
+
+// attn_mask is a mask, not data: with a 16-bit wire it keeps its meaning (non-zero allowed, 0
+// blocked, non-finite refused). 1e-8 (0 in f16) stays allowed and 1e6 and 7e4 (inf in f16) stay
+// allowed finite values: the answer is the core's for the rounded input and the same mask.
+TEST_F(ClientTest, AnAttnMaskKeepsItsMeaningOnASixteenBitWire) {
+  StartWith();
+  const int64_t rows = 4;
+  const std::vector<float> input = TestValues(rows * kSmallWidth, 9);
+  // Row-major [4, 4]: every row has an allowed key; the tiny and huge values are allowed ones.
+  const std::vector<float> mask = {1e-8f, 0.0f,  0.0f,  0.0f,  //
+                                   0.0f,  1e6f,  1e-8f, 0.0f,  //
+                                   1.0f,  0.0f,  7e4f,  0.0f,  //
+                                   1e6f,  1e-8f, 0.0f,  2.0f};
+  std::vector<uint8_t> allowed;
+  for (float value : mask) allowed.push_back(value != 0.0f ? 1 : 0);
+  for (ac::WireDtype dtype :
+       {ac::WireDtype::kFloat32, ac::WireDtype::kFloat16, ac::WireDtype::kBFloat16}) {
+    SCOPED_TRACE(std::string(ac::WireDtypeName(dtype)));
+    absl::StatusOr<ac::AttendResult> result =
+        client().Attend(kSmallModel, {input, {rows, kSmallWidth}},
+                        {.attn_mask = ac::TensorView{mask, {rows, rows}},
+                         .return_weights = true,
+                         .wire_dtype = dtype});
+    ASSERT_TRUE(result.ok()) << result.status();
+    // The server saw the input rounded to the wire's type, and the mask as it was.
+    std::vector<float> rounded = input;
+    if (dtype != ac::WireDtype::kFloat32) {
+      const FloatFormat format =
+          dtype == ac::WireDtype::kBFloat16 ? FloatFormat::kBFloat16 : FloatFormat::kFloat16;
+      std::string bytes(input.size() * 2, '\0');
+      EncodeFloats(input, format, bytes.data());
+      DecodeFloats(bytes.data(), static_cast<int64_t>(input.size()), format, rounded.data());
+    }
+    const CoreAnswer core =
+        CoreCompute(*Layer(kSmallModel), {.query = rounded, .mask = allowed, .weights = true});
+    EXPECT_TRUE(Near(result->output.data, core.output));
+    ASSERT_TRUE(result->weights.has_value());
+    EXPECT_TRUE(Near(result->weights->data, core.weights));
+  }
+  // A non-finite mask value is refused alike whatever the wire carries.
+  std::vector<float> infinite = mask;
+  infinite[1] = -std::numeric_limits<float>::infinity();
+  absl::StatusOr<ac::AttendResult> fp32 =
+      client().Attend(kSmallModel, {input, {rows, kSmallWidth}},
+                      {.attn_mask = ac::TensorView{infinite, {rows, rows}}});
+  EXPECT_EQ(fp32.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(fp32.status().message(), HasSubstr("attn_mask"));
+  absl::StatusOr<ac::AttendResult> f16 = client().Attend(
+      kSmallModel, {input, {rows, kSmallWidth}},
+      {.attn_mask = ac::TensorView{infinite, {rows, rows}}, .wire_dtype = ac::WireDtype::kFloat16});
+  EXPECT_EQ(f16.status(), fp32.status());
 }
 
 TEST_F(ClientTest, SixteenBitWireNeedsRaw) {

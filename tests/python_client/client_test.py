@@ -22,9 +22,13 @@ ARGS = None
 D_MODEL, HEADS = 32, 4
 
 
-def install_package(folder):
-    """pip-installs client/python into `folder`/site (once per run) and imports it."""
-    site = os.path.join(folder, "site")
+_SITE = tempfile.TemporaryDirectory()  # The installed package, for every test class of a run.
+
+
+def install_package():
+    """pip-installs client/python into a temporary folder (once per run: every test class
+    shares it) and imports it."""
+    site = os.path.join(_SITE.name, "site")
     if "attnserve" not in sys.modules:
         # As a user installs it: pip from the repository, no index, Debian's packages.
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
@@ -41,7 +45,7 @@ class PackageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.attnserve = install_package(cls.tmp.name)
+        cls.attnserve = install_package()
         cls.remote = importlib.import_module("attnserve.torch")
         export_torch = importlib.import_module("export_torch")
         torch.manual_seed(7)
@@ -120,6 +124,27 @@ class PackageTest(unittest.TestCase):
         self.assertEqual([o.shape for o in outputs], [(3, D_MODEL), (7, D_MODEL), (1, D_MODEL)])
         for sequence, output in zip(sequences, outputs):
             np.testing.assert_allclose(output, self.local(sequence[None])[0][0], atol=1e-4)
+
+    def test_variable_lengths_with_padded_memory_keep_every_key_column(self):
+        # A list of queries and one padded [B, S, d] memory: each sequence's weights are
+        # [heads, T_i, S] (or [heads, T_i, memory_lengths[i]]), never cut to T_i key columns.
+        rng = np.random.default_rng(6)
+        sequences = [rng.standard_normal((n, D_MODEL)).astype(np.float32) for n in (3, 5)]
+        memory = rng.standard_normal((2, 9, D_MODEL)).astype(np.float32)
+        for memory_lengths in (None, [9, 4]):
+            with self.subTest(memory_lengths=memory_lengths):
+                outputs, weights = self.client.attend(sequences, memory=memory,
+                                                      memory_lengths=memory_lengths,
+                                                      return_weights=True)
+                keys = memory_lengths or [9, 9]
+                self.assertEqual([w.shape for w in weights],
+                                 [(HEADS, 3, keys[0]), (HEADS, 5, keys[1])])
+                for i, sequence in enumerate(sequences):
+                    expected, expected_weights = self.local(sequence[None],
+                                                            memory[i:i + 1, :keys[i]],
+                                                            average_attn_weights=False)
+                    np.testing.assert_allclose(outputs[i], expected[0], atol=1e-4)
+                    np.testing.assert_allclose(weights[i], expected_weights[0], atol=1e-4)
 
     def test_errors_carry_code_and_message(self):
         with self.assertRaises(self.attnserve.AttnserveError) as caught:
@@ -209,6 +234,119 @@ class PackageTest(unittest.TestCase):
             else:
                 torch.testing.assert_close(weights, expected_weights, atol=1e-4, rtol=0)
 
+    def test_remote_module_answers_in_the_query_dtype_and_device(self):
+        # As nn.MultiheadAttention: output and weights in the query's dtype, on its device.
+        remote = self.remote.RemoteMultiheadAttention(D_MODEL, HEADS, client=self.client,
+                                                      model="mha", batch_first=True)
+        torch.manual_seed(5)
+        x32 = torch.randn(2, 5, D_MODEL)
+        memory32 = torch.randn(2, 7, D_MODEL)
+        for dtype in (torch.float64, torch.float16, torch.bfloat16):
+            x, memory = x32.to(dtype), memory32.to(dtype)
+            # The reference: PyTorch's module in float32 on the same (rounded) values.
+            with torch.no_grad():
+                expected, expected_weights = self.mha(x.float(), memory.float(), memory.float())
+            # The answer rounded to dtype once: within a few units of its rounding.
+            atol = 1e-4 if dtype == torch.float64 else 4 * torch.finfo(dtype).eps
+            for need_weights in (True, False):
+                with self.subTest(dtype=dtype, need_weights=need_weights), torch.no_grad():
+                    output, weights = remote(x, memory, memory, need_weights=need_weights)
+                    self.assertEqual((output.dtype, output.device), (dtype, x.device))
+                    torch.testing.assert_close(output.float(), expected,
+                                               atol=atol * expected.abs().max().item(), rtol=0)
+                    if not need_weights:
+                        self.assertIsNone(weights)
+                        continue
+                    self.assertEqual((weights.dtype, weights.device), (dtype, x.device))
+                    torch.testing.assert_close(weights.float(), expected_weights, atol=atol,
+                                               rtol=0)
+
+
+class ResourceExhaustedRetryTest(unittest.TestCase):
+    """Which RESOURCE_EXHAUSTED answers of a live attnserve the client retries: a full queue
+    (a retry can succeed), never a request over a size limit (every retry would fail alike)."""
+
+    RETRIES = 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.attnserve = install_package()
+        torch.manual_seed(8)
+        mha = torch.nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True).eval()
+        cls.repository = os.path.join(cls.tmp.name, "models")
+        importlib.import_module("export_torch").export_mha(mha, os.path.join(cls.repository,
+                                                                             "mha"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def server(self, *args):
+        live_server = importlib.import_module("live_server")
+        return live_server.LiveServer(ARGS.attnserve, "--model-repository", self.repository,
+                                      *args)
+
+    def attempts(self, client, x, timeout_s=30):
+        """Attend attempts the client makes for `x` (retries included) and its final error."""
+        calls = []
+
+        def counted(request, timeout=None):
+            calls.append(request)
+            return client._stub.Attend(request, timeout=timeout)
+
+        request = client_request(x)
+        with self.assertRaises(self.attnserve.AttnserveError) as caught:
+            client._call(counted, request, timeout_s)
+        return len(calls), caught.exception
+
+    def test_size_refusals_are_not_retried(self):
+        # x of 64 tokens: 8 KiB of float32, over each limit below, however often it is sent.
+        x = np.zeros((64, D_MODEL), np.float32)
+        cases = {"gRPC's message limit": ("--max-message-bytes", "4096"),
+                 "one model's queued bytes": ("--max-queued-bytes-per-model", "4096"),
+                 "the server's queued bytes": ("--max-queued-bytes", "4096")}
+        for name, flags in cases.items():
+            with self.subTest(name), self.server(*flags) as server, self.attnserve.Client(
+                    server.target, retries=self.RETRIES, backoff_s=0.001) as client:
+                count, error = self.attempts(client, x)
+                self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED, error.message)
+                self.assertEqual(count, 1, error.message)
+                # The same server answers a request within its limits.
+                self.assertEqual(client.attend(x[:2]).shape, (2, D_MODEL))
+
+    def test_full_queue_is_retried(self):
+        # One queued request fills the queue (max_queue_size 1) and waits for a second
+        # sequence (max_batch_sequences 2) far longer than the test: every other request is
+        # refused "batch queue is full", which a retry can get past once the queue drains.
+        x = np.zeros((1, D_MODEL), np.float32)
+        with self.server("--max-queue-size", "1", "--max-batch-sequences", "2",
+                         "--max-queue-delay-us", "60000000") as server, self.attnserve.Client(
+                             server.target, retries=self.RETRIES, backoff_s=0.001) as client:
+            request = client_request(x)
+            for _ in range(20):  # Until the holder is the queued one (bounded).
+                holder = client._stub.Attend.future(request, timeout=60)
+                try:
+                    client._stub.Attend(request, timeout=2)
+                except grpc.RpcError as error:
+                    if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        break
+                holder.cancel()
+            else:
+                self.fail("no request stayed queued")
+            count, error = self.attempts(client, x)
+            holder.cancel()
+        self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("batch queue is full", error.message)
+        self.assertEqual(count, 1 + self.RETRIES)
+
+
+def client_request(x):
+    """The AttendRequest that Client.attend sends for `x`."""
+    client_module = importlib.import_module("attnserve.client")
+    return client_module._attend_request("mha", x, None, False, None, None, False, None, None,
+                                         "").request
+
 
 class TlsTest(unittest.TestCase):
     """Client and AsyncClient over TLS and mutual TLS, against attnserve with certificates made
@@ -217,7 +355,7 @@ class TlsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.attnserve = install_package(cls.tmp.name)
+        cls.attnserve = install_package()
         cls.certs = os.path.join(cls.tmp.name, "certs")
         subprocess.run(["bash", os.path.join(ARGS.root, "deploy", "make-test-certs.sh"),
                         cls.certs], check=True)

@@ -3,13 +3,23 @@
 Tensors travel as raw little-endian bytes (Tensor.raw): float32, or with wire_dtype "bf16" / "f16"
 at 2 bytes per element both ways (rounded to nearest, ties to even; answers come back as float32
 arrays whatever the wire carried). A list of [T_i, d] arrays is sent
-as one padded [B, max T, d] request with lengths, and answered as a list again. Calls that fail
-with UNAVAILABLE or RESOURCE_EXHAUSTED (server busy, restarting, draining) are retried with
-exponential backoff, `retries` times at most, within the call's deadline.
+as one padded [B, max T, d] request with lengths, and answered as a list again.
+
+Retries: a call is retried with exponential backoff, `retries` times at most, within its
+deadline, only where a retry can succeed:
+- UNAVAILABLE (no connection, server restarting or draining);
+- RESOURCE_EXHAUSTED from attnserve's queue admission, which the server alone marks: its message
+  ends "; retry with backoff" (batch queue full: max_queue_size requests waiting; or queued bytes
+  at max_queued_bytes), unless it names a request larger than the limit itself ("max_queued_bytes
+  (L) ... this request holds B" with B > L), which no drained queue would admit.
+Every other RESOURCE_EXHAUSTED fails at once: gRPC's message size limits ("Received message
+larger than max", on either side: the same request always fails), the server's own memory
+failures, and anything else without the server's mark.
 """
 import asyncio
 import dataclasses
 import random
+import re
 import time
 
 import grpc
@@ -18,7 +28,10 @@ import numpy as np
 from attnserve.v1 import attention_pb2 as pb
 from attnserve.v1 import attention_pb2_grpc as pb_grpc
 
-_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+# See the module docstring: the server's mark on its queue admission refusals, and the sizes
+# they name.
+_RETRY_MARK = "; retry with backoff"
+_QUEUED_BYTES = re.compile(r"max_queued_bytes \((\d+)\).*this request holds (\d+)")
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _MAX_MESSAGE_BYTES = 256 << 20
 
@@ -114,6 +127,7 @@ def _pad(sequences, name):
 class _Call:
     request: object
     lengths: list = None  # set when the input was a list: answers are unpadded into a list
+    key_lengths: list = None  # with lengths: each sequence's key columns in its weights
 
 
 def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weights, lengths,
@@ -139,17 +153,26 @@ def _attend_request(model, x, memory, causal, attn_mask, head_mask, return_weigh
         _fill_tensor(request.attn_mask, np.asarray(attn_mask) != 0, "attn_mask")
     if head_mask is not None:
         request.head_mask.extend(bool(h) for h in head_mask)
-    return _Call(request, lengths if listed else None)
+    if not listed:
+        return _Call(request)
+    # Keys are the queries themselves (self-attention), memory's own lengths, or, for a padded
+    # memory without them, its every row.
+    if memory is None:
+        key_lengths = lengths
+    elif memory_lengths is not None:
+        key_lengths = [int(n) for n in memory_lengths]
+    else:
+        key_lengths = [request.memory.shape[-2]] * len(lengths)
+    return _Call(request, lengths, key_lengths)
 
 
 def _answer(call, response, return_weights):
     output = _decode(response.output)
     weights = _decode(response.weights) if return_weights else None
     if call.lengths is not None:
-        memory_lengths = list(call.request.memory_lengths) or call.lengths
         output = [output[i, :n] for i, n in enumerate(call.lengths)]
         if weights is not None:
-            weights = [weights[i, :, :n, :memory_lengths[i]] for i, n in enumerate(call.lengths)]
+            weights = [weights[i, :, :n, :call.key_lengths[i]] for i, n in enumerate(call.lengths)]
     return (output, weights) if return_weights else output
 
 
@@ -163,6 +186,20 @@ def _health_request(service):
 def _is_serving(response):
     # HealthCheckResponse{status = 1}: SERVING is 1; field 1 absent means UNKNOWN (0).
     return response == b"\x08\x01"
+
+
+def _retryable(error):
+    """Whether a retry of the call that failed with grpc.RpcError `error` can succeed."""
+    code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return True
+    if code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    details = error.details() or ""
+    if _RETRY_MARK not in details:
+        return False
+    sizes = _QUEUED_BYTES.search(details)
+    return sizes is None or int(sizes.group(2)) <= int(sizes.group(1))
 
 
 class _Retrying:
@@ -234,7 +271,9 @@ def _remaining(deadline):
 class Client:
     """A blocking client of one attnserve target ("host:port"). Thread-safe; one channel.
 
-    timeout_s: default deadline of each call (None = none). retries / backoff_s: see above.
+    timeout_s: default deadline of each call (None = none). retries / backoff_s: the most retries
+    of a call and the first backoff (doubling, jittered); which failures are retried: see the
+    module docstring.
     TLS (all None: plaintext), as attnserve-cli's --tls-* flags: tls_ca, the PEM file of the CAs
     trusted to sign the server's certificate ("system": the system's trust store);
     tls_cert_chain and tls_private_key, this client's certificate and key for servers that
@@ -269,7 +308,7 @@ class Client:
             try:
                 return method(request, timeout=_remaining(deadline))
             except grpc.RpcError as error:
-                delay = next(delays, None) if error.code() in _RETRYABLE else None
+                delay = next(delays, None) if _retryable(error) else None
                 if delay is None:
                     raise _error(error, self._tls) from None
                 time.sleep(delay)
@@ -279,9 +318,10 @@ class Client:
                timeout_s=None, request_id="", wire_dtype=None):
         """Attention over x ([T, d], [B, T, d], or a list of [T_i, d]); returns the output in
         x's form, or (output, weights) when return_weights. memory: cross-attention keys/values
-        (same form as x). attn_mask: [T, S] / [B, T, S], non-zero = may attend. head_mask: one
-        flag per head. wire_dtype: "fp32", "bf16" or "f16" for this call (default: the
-        client's)."""
+        (same form as x, or padded [B, S, d] with a list x: then each sequence's weights are
+        [heads, T_i, S], or S = memory_lengths[i] when given). attn_mask: [T, S] / [B, T, S],
+        non-zero = may attend. head_mask: one flag per head. wire_dtype: "fp32", "bf16" or "f16"
+        for this call (default: the client's)."""
         call = _attend_request(self.model if model is None else model, x, memory, causal,
                                attn_mask, head_mask, return_weights, lengths, memory_lengths,
                                request_id, wire_dtype or self.wire_dtype)
@@ -340,7 +380,7 @@ class AsyncClient:
             try:
                 return await method(request, timeout=_remaining(deadline))
             except grpc.RpcError as error:
-                delay = next(delays, None) if error.code() in _RETRYABLE else None
+                delay = next(delays, None) if _retryable(error) else None
                 if delay is None:
                     raise _error(error, self._tls) from None
                 await asyncio.sleep(delay)

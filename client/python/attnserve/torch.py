@@ -6,7 +6,8 @@ float32 rounding): self-attention when key and value are the query, cross-attent
 value are one other tensor (attnserve computes K and V from the same memory). Masks follow
 PyTorch's conventions (bool True = not allowed; float 0 / -inf added) and are sent as one
 explicit mask; rows with every key masked are refused as PyTorch would give NaN for them.
-No gradients flow through the remote call.
+Outputs and weights come back on the query's device and in its dtype, as nn.MultiheadAttention's
+do (computed in float32 by the server). No gradients flow through the remote call.
 """
 import numpy as np
 import torch
@@ -81,7 +82,10 @@ class RemoteMultiheadAttention(torch.nn.Module):
             return_weights=bool(need_weights), model=self.model)
         output, weights = result if need_weights else (result, None)
 
-        output = torch.from_numpy(np.ascontiguousarray(output)).to(query.dtype)
+        # As nn.MultiheadAttention answers: on the query's device, in its dtype (the wire's
+        # float32 rounded once, after the head average).
+        like = dict(device=query.device, dtype=query.dtype)
+        output = torch.from_numpy(np.ascontiguousarray(output)).to(**like)
         if not self.batch_first or unbatched:
             output = output.transpose(0, 1)
         if unbatched:
@@ -93,4 +97,4 @@ class RemoteMultiheadAttention(torch.nn.Module):
             weights = weights.mean(dim=1)
         if unbatched:
             weights = weights.squeeze(0)
-        return output, weights
+        return output, weights.to(**like)

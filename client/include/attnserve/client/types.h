@@ -53,7 +53,9 @@ struct AttendOptions {
   std::vector<int32_t> lengths = {};
   std::vector<int32_t> memory_lengths = {};
   Mask mask = Mask::kNone;
-  // Optional explicit mask [T, S] or [B, T, S]: 0 = blocked, anything else = allowed.
+  // Optional explicit mask [T, S] or [B, T, S]: 0 = blocked, any other finite value = allowed
+  // (non-finite values are refused). Sent as float32 whatever wire_dtype is, so every value
+  // keeps that meaning.
   std::optional<TensorView> attn_mask = {};
   // Optional, one per head: false disables the head.
   std::vector<bool> head_mask = {};
@@ -64,9 +66,9 @@ struct AttendOptions {
   std::chrono::milliseconds deadline{0};
   // Send and receive raw little-endian bytes (fast) instead of repeated floats.
   bool raw = true;
-  // With raw: the encoding of the tensors sent (input, memory, attn_mask; rounded to nearest,
-  // ties to even) and of the answer's bytes (output, weights; the server rounds, this library
-  // widens them back exactly). Either 16-bit type needs raw (InvalidArgument otherwise).
+  // With raw: the encoding of the data sent (input, memory; rounded to nearest, ties to even; not
+  // attn_mask, always float32) and of the answer's bytes (output, weights; the server rounds, this
+  // library widens them back exactly). Either 16-bit type needs raw (InvalidArgument otherwise).
   WireDtype wire_dtype = WireDtype::kFloat32;
   WireDtype answer_wire_dtype = WireDtype::kFloat32;
 };
