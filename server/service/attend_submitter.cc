@@ -1,5 +1,7 @@
 #include "server/service/attend_submitter.h"
 
+#include <grpc/support/time.h>
+
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -48,13 +50,16 @@ RequestMeter AttendSubmitter::StartMeter(metrics::Method method,
 }
 
 int64_t AttendSubmitter::DeadlineMicros(const grpc::CallbackServerContext& context) const {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) {
-    return std::numeric_limits<int64_t>::max();
-  }
-  const auto remaining = std::chrono::duration_cast<std::chrono::microseconds>(
-      deadline - std::chrono::system_clock::now());
-  return clock_->NowMicros() + remaining.count();
+  // From the raw deadline: gRPC's system_clock deadline() wraps past 2262 (int64 nanoseconds
+  // since 1970), turning a grpc-timeout of centuries into one already expired.
+  const gpr_timespec deadline = context.raw_deadline();
+  constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::max();
+  if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) == 0) return kNoDeadline;
+  const gpr_timespec remaining = gpr_time_sub(deadline, gpr_now(deadline.clock_type));
+  // Beyond a century the arithmetic below could overflow; nothing waits that long anyway.
+  constexpr int64_t kCenturyS = int64_t{100} * 366 * 86400;
+  if (remaining.tv_sec > kCenturyS) return kNoDeadline;
+  return clock_->NowMicros() + remaining.tv_sec * 1000000 + remaining.tv_nsec / 1000;
 }
 
 absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,

@@ -4,6 +4,7 @@
 // Batches are held back with a long max_queue_delay_us, so what forms a batch is either a full
 // batch or the test's own action, never timing.
 #include <gmock/gmock.h>
+#include <grpc/support/time.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -186,6 +187,21 @@ TEST_F(BatchingTest, CancelledRequestIsNotComputed) {
   EXPECT_EQ(cancelled.status().error_code(), grpc::StatusCode::CANCELLED);
   std::unique_ptr<AsyncCall> next = TakeTheOnlySlot();
   ExpectItRanAlone(*next);
+}
+
+// gRPC's own deadline() wraps for a deadline past 2262 (int64 nanoseconds since 1970): a client's
+// grpc-timeout of centuries must mean "no hurry", not "already expired".
+TEST_F(BatchingTest, ADeadlineCenturiesAwayIsNoDeadline) {
+  StartServer();
+  for (const int64_t years : {1, 300, 11000}) {
+    grpc::ClientContext context;
+    context.set_deadline(gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                      gpr_time_from_seconds(years * 366 * 86400, GPR_TIMESPAN)));
+    v1::AttendResponse response;
+    const grpc::Status status =
+        stub().Attend(&context, MakeRequest(kSmallModel, 3, kSmallWidth, 1), &response);
+    EXPECT_TRUE(status.ok()) << years << " years: " << status.error_message();
+  }
 }
 
 TEST_F(BatchingTest, IncompatibleRequestsRunInSeparateBatches) {
