@@ -11,23 +11,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/app/openssl_handles.h"
 
 namespace attnserve::server {
 namespace {
 
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-struct X509Free {
-  void operator()(X509* cert) const { X509_free(cert); }
-};
 struct NamesFree {
   void operator()(GENERAL_NAMES* names) const { GENERAL_NAMES_free(names); }
 };
 
 // "CN=localhost,O=x" (RFC 2253 order).
 std::string NameText(const X509_NAME* name) {
-  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  Bio bio(BIO_new(BIO_s_mem()));
   X509_NAME_print_ex(bio.get(), name, 0, XN_FLAG_RFC2253);
   char* data = nullptr;
   const long size = BIO_get_mem_data(bio.get(), &data);
@@ -66,8 +61,8 @@ std::string AltNames(X509* cert) {
 }  // namespace
 
 absl::StatusOr<CertificateSummary> SummarizeCertificate(std::string_view pem) {
-  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  std::unique_ptr<X509, X509Free> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  Bio bio = ReadOnlyBio(pem);
+  Certificate cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (cert == nullptr) {
     return absl::InvalidArgumentError("no PEM certificate");
   }

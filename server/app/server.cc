@@ -303,8 +303,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
     VerifiedTlsFiles::FailureCounter count_failure;
     if (server->metrics_ != nullptr) {
       count_failure = [metrics = server->metrics_.get()](TlsFile file) {
-        // "tls_cert_chain" -> "cert_chain".
-        metrics->CountTlsReloadFailure(std::string_view(TlsFileOption(file)).substr(4));
+        metrics->CountTlsReloadFailure(TlsFileLabel(file));
       };
     }
     absl::StatusOr<std::unique_ptr<VerifiedTlsFiles>> files =

@@ -11,24 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/app/openssl_handles.h"
 
 namespace attnserve::server {
 namespace {
-
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-struct X509Free {
-  void operator()(X509* cert) const { X509_free(cert); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
-};
-using Certificate = std::unique_ptr<X509, X509Free>;
-
-std::unique_ptr<BIO, BioFree> ReadOnlyBio(std::string_view pem) {
-  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-}
 
 size_t CountOf(std::string_view text, std::string_view needle) {
   size_t count = 0;
@@ -81,6 +67,10 @@ const char* TlsFileOption(TlsFile file) {
   return "tls";
 }
 
+const char* TlsFileLabel(TlsFile file) {
+  return TlsFileOption(file) + 4;  // The option without its "tls_".
+}
+
 absl::Status CheckTlsFileSet(const TlsFileSet& set, bool mutual, TlsFile* bad) {
   std::vector<Certificate> chain;
   if (absl::Status status = ParseCertificates(set.cert_chain, &chain); !status.ok()) {
@@ -90,8 +80,7 @@ absl::Status CheckTlsFileSet(const TlsFileSet& set, bool mutual, TlsFile* bad) {
     return Bad(TlsFile::kPrivateKey, bad, absl::InvalidArgumentError("is empty"));
   }
   auto bio = ReadOnlyBio(set.private_key);
-  std::unique_ptr<EVP_PKEY, KeyFree> key(
-      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, const_cast<char*>("")));
+  PrivateKey key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, const_cast<char*>("")));
   ERR_clear_error();
   if (key == nullptr) {
     return Bad(TlsFile::kPrivateKey, bad,

@@ -21,6 +21,8 @@ enum class TlsFile { kCertChain, kPrivateKey, kClientCa };
 
 // "tls_cert_chain", "tls_private_key", "tls_client_ca": the option that names the file.
 const char* TlsFileOption(TlsFile file);
+// "cert_chain", "private_key", "client_ca": the failure metric's `file` label.
+const char* TlsFileLabel(TlsFile file);
 
 struct TlsFileSet {
   std::string cert_chain;   // PEM, the server's certificate first
