@@ -268,9 +268,9 @@ TEST_F(TlsTest, RotationIsPickedUpWhileAClientKeepsCalling) {
 
 // An operator's in-place rewrites of each TLS file while a client keeps calling: `cp` over it
 // (truncate, then write), a truncation, a partial write, garbage, a mismatched key, a deletion,
-// 200 times per file, some held longer than the refresh interval so that every bad content is
-// seen. gRPC's own watcher would hand an empty file on and abort the process; the server keeps
-// the last good set, refuses nothing, and counts what it rejected.
+// 200 times per file, some held for two refresh intervals so that every bad content is seen
+// and reported. gRPC's own watcher would hand an empty file on and abort the process; the server
+// keeps the last good set, refuses nothing, and counts what it rejected.
 TEST_F(TlsTest, RewritingEveryFileInPlaceUnderLoadNeverStopsTheServer) {
   const fs::path dir = temp_.path();
   const fs::path chain = dir / "server.pem", key = dir / "server.key", ca = dir / "ca.pem";
@@ -318,12 +318,13 @@ TEST_F(TlsTest, RewritingEveryFileInPlaceUnderLoadNeverStopsTheServer) {
     const std::vector<std::string> bad = {"", good.substr(0, good.size() / 2), "garbage\n", other};
     for (int i = 0; i < 200; ++i) {
       if (i % 100 == 0) {
-        // Held past the 1 s refresh interval: every check in between sees it.
+        // Held for two 1 s refresh intervals and more: gRPC's watcher would read it, and the
+        // server reports it (once two checks in a row see it).
         write(path, bad[static_cast<size_t>(i / 100)]);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+        std::this_thread::sleep_for(std::chrono::milliseconds(2300));
       } else if (i == 150) {
         fs::remove(path);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+        std::this_thread::sleep_for(std::chrono::milliseconds(2300));
       } else {
         write(path, bad[static_cast<size_t>(i) % bad.size()]);
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
