@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,29 @@ void LogServing(const std::string& path, const std::string& cert_chain, bool fir
               first ? "serving" : "changed, now serving", DescribeCertificate(*summary, now));
 }
 
+// A new 0700 folder for the copies. $TMPDIR when set; otherwise /dev/shm first, because it is
+// memory (a private key never lands on a disk) and stays writable in a container whose root
+// filesystem is read-only (Kubernetes' readOnlyRootFilesystem, `docker run --read-only`), and
+// /tmp when there is no /dev/shm.
+absl::StatusOr<fs::path> MakePrivateFolder() {
+  std::vector<fs::path> parents;
+  if (const char* tmpdir = std::getenv("TMPDIR"); tmpdir != nullptr && *tmpdir != '\0') {
+    parents.emplace_back(tmpdir);
+  } else {
+    parents = {"/dev/shm", "/tmp"};
+  }
+  std::string tried;
+  for (const fs::path& parent : parents) {
+    std::string folder = (parent / "attnserve-tls-XXXXXX").string();
+    if (mkdtemp(folder.data()) != nullptr) return fs::path(folder);
+    absl::StrAppend(&tried, tried.empty() ? "" : ", ", "\"", parent.string(),
+                    "\": ", std::strerror(errno));
+  }
+  return absl::InternalError(
+      absl::StrCat("tls: cannot create the private folder for the checked copy of the TLS files (",
+                   tried, "); set TMPDIR to a writable folder, e.g. an emptyDir volume"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<VerifiedTlsFiles>> VerifiedTlsFiles::Start(
@@ -147,13 +171,10 @@ absl::StatusOr<std::unique_ptr<VerifiedTlsFiles>> VerifiedTlsFiles::Start(
     return absl::InvalidArgumentError(
         absl::StrCat(check.message(), " (file \"", PathOf(options, bad), "\")"));
   }
-  std::string folder = (fs::temp_directory_path() / "attnserve-tls-XXXXXX").string();
-  if (mkdtemp(folder.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("tls: cannot create a private folder \"", folder,
-                                            "\": ", std::strerror(errno)));
-  }
+  absl::StatusOr<fs::path> folder = MakePrivateFolder();
+  if (!folder.ok()) return folder.status();
   std::unique_ptr<VerifiedTlsFiles> files(
-      new VerifiedTlsFiles(options, folder, std::move(count_failure)));
+      new VerifiedTlsFiles(options, *std::move(folder), std::move(count_failure)));
   {
     std::lock_guard<std::mutex> lock(files->mu_);
     if (absl::Status status = files->Publish(set); !status.ok()) return status;

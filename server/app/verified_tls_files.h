@@ -16,7 +16,7 @@
 // always reads a key and a chain of the same set.
 //
 // Thread-safe; owns one thread ("attnserve-tls") and the private folder (mode 0700, under
-// $TMPDIR or /tmp), both gone when destroyed.
+// $TMPDIR when set, else /dev/shm, else /tmp), both gone when destroyed.
 #ifndef ATTNSERVE_SERVER_APP_VERIFIED_TLS_FILES_H_
 #define ATTNSERVE_SERVER_APP_VERIFIED_TLS_FILES_H_
 

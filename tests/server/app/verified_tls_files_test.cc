@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -229,6 +230,50 @@ TEST_F(TlsFilesTest, TheCopyIsRemovedWithTheWatcher) {
   EXPECT_EQ(fs::status(folder).permissions() & fs::perms::all, fs::perms::owner_all);
   files->reset();
   EXPECT_FALSE(fs::exists(folder));
+}
+
+// Sets TMPDIR (or unsets it, for nullptr) for one scope, restoring what it was.
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const char* value) {
+    if (const char* old = std::getenv("TMPDIR"); old != nullptr) old_ = old;
+    if (value == nullptr) {
+      unsetenv("TMPDIR");
+    } else {
+      setenv("TMPDIR", value, /*overwrite=*/1);
+    }
+  }
+  ~ScopedTmpdir() {
+    if (old_.has_value()) {
+      setenv("TMPDIR", old_->c_str(), /*overwrite=*/1);
+    } else {
+      unsetenv("TMPDIR");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// A container with a read-only root filesystem has no writable /tmp but always a /dev/shm.
+TEST_F(TlsFilesTest, WithoutTmpdirTheCopyIsKeptInMemory) {
+  if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm on this machine";
+  ScopedTmpdir unset(nullptr);
+  absl::StatusOr<std::unique_ptr<VerifiedTlsFiles>> files =
+      VerifiedTlsFiles::Start(Install("server"), {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_THAT((*files)->cert_chain_path(), ::testing::StartsWith("/dev/shm/attnserve-tls-"));
+}
+
+TEST_F(TlsFilesTest, AnUnwritableTmpdirIsAnErrorThatSaysWhatToSet) {
+  const std::string missing = (temp_.path() / "no-such-folder").string();
+  ScopedTmpdir set(missing.c_str());
+  absl::StatusOr<std::unique_ptr<VerifiedTlsFiles>> files =
+      VerifiedTlsFiles::Start(Install("server"), {});
+  ASSERT_FALSE(files.ok());
+  EXPECT_TRUE(absl::IsInternal(files.status())) << files.status();
+  EXPECT_THAT(files.status().message(), HasSubstr(missing));
+  EXPECT_THAT(files.status().message(), HasSubstr("set TMPDIR to a writable folder"));
 }
 
 }  // namespace
