@@ -28,6 +28,8 @@ namespace {
 // How long a draining server keeps its connections open after the last call is answered. On a
 // busy machine the final answers can take milliseconds to reach the client's socket.
 constexpr std::chrono::milliseconds kCloseLinger{50};
+// How long GOAWAY has to go out before the drain answers the refusals it held.
+constexpr std::chrono::milliseconds kGoawayLead{50};
 
 absl::Status ValidateOptions(const ServerOptions& options) {
   if (absl::Status status = ValidateTlsOptions(options.tls); !status.ok()) return status;
@@ -386,7 +388,8 @@ void Server::Shutdown(absl::Duration grace) {
     const auto steady_deadline =
         std::chrono::steady_clock::now() + absl::ToChronoMicroseconds(grace);
     grpc_server_->GetHealthCheckService()->Shutdown();  // Everything NOT_SERVING, for good.
-    service_->BeginDrain();  // New requests: UNAVAILABLE; idle streams finish.
+    // New calls: UNAVAILABLE, held until GOAWAY is out (drain_gate.h); idle streams finish.
+    service_->BeginDrain();
     // Stops polling, then computes every accepted request at once, without waiting out
     // max_queue_delay_us, and answers it; afterwards the queues refuse work.
     // The decoding runtime likewise answers every accepted step, then closes its sessions (the
@@ -395,17 +398,28 @@ void Server::Shutdown(absl::Duration grace) {
       lifecycle_->DrainAll();
       decode_runtime_->Drain();
     });
-    // Once every call is answered, the connections stay open a little longer so that clients
-    // read their last answers before gRPC closes them (open_calls.h tells why).
-    if (service_->open_calls().WaitUntilNone(steady_deadline)) {
+    // Once every accepted call is answered, the connections stay open a little longer so that
+    // clients read their last answers before gRPC closes them (open_calls.h tells why).
+    if (service_->open_calls().WaitUntilOnlyHeld(steady_deadline)) {
       std::this_thread::sleep_until(
           std::min(steady_deadline, std::chrono::steady_clock::now() + kCloseLinger));
+    } else {
+      // Out of time: gRPC cancels what is still open, but the held refusals are answered first.
+      service_->ReleaseRefusals();
     }
-    // Waits for every RPC to be answered. Whatever is still open at the deadline is cancelled:
-    // streams whose client keeps them open, and requests the drain has not reached yet, which the
-    // batchers then drop instead of computing. So shutdown takes at most the grace period plus
-    // the batches already computing.
-    grpc_server_->Shutdown(deadline);
+    // gRPC's Shutdown sends GOAWAY at once and closes the listener, then waits for every call
+    // (the held refusals too) until the deadline, and cancels whatever is still open then:
+    // streams whose client keeps them open, and requests the drain has not reached yet, which
+    // the batchers then drop instead of computing. So shutdown takes at most the grace period
+    // plus the batches already computing.
+    std::thread stopper([this, deadline] { grpc_server_->Shutdown(deadline); });
+    // With GOAWAY out ahead of them on each connection, the held refusals are answered: a
+    // client's next call goes to a new connection (another replica) instead of racing the
+    // shutdown on this one, where gRPC would cancel it.
+    std::this_thread::sleep_until(
+        std::min(steady_deadline, std::chrono::steady_clock::now() + kGoawayLead));
+    service_->ReleaseRefusals();
+    stopper.join();
     drainer.join();
     shut_down_.Notify();
   });

@@ -33,8 +33,8 @@ void LogFailure(std::string_view model, std::string_view request_id, const absl:
 }
 
 AttendSubmitter::AttendSubmitter(const ModelRouter* router, batching::Clock* clock,
-                                 metrics::ServerMetrics* metrics)
-    : router_(router), clock_(clock), metrics_(metrics) {}
+                                 OpenCalls* open_calls, metrics::ServerMetrics* metrics)
+    : router_(router), clock_(clock), metrics_(metrics), drain_gate_(open_calls) {}
 
 RequestMeter AttendSubmitter::StartMeter(metrics::Method method,
                                          std::string_view model_name) const {
@@ -66,7 +66,7 @@ absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,
                                      grpc::CallbackServerContext* context,
                                      AttendTask::DoneCallback done, int64_t* response_bytes) {
   if (draining()) {
-    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+    return DrainingError();
   }
   absl::StatusOr<ModelRoute> route = router_->Route(request.model());
   if (!route.ok()) return route.status();
@@ -80,7 +80,7 @@ absl::Status AttendSubmitter::SubmitParsed(std::string_view model_name, const Pa
                                            grpc::CallbackServerContext* context,
                                            AttendTask::DoneCallback done) {
   if (draining()) {
-    return absl::UnavailableError("the server is shutting down and accepts no new requests");
+    return DrainingError();
   }
   absl::StatusOr<ModelRoute> route = router_->Route(model_name);
   if (!route.ok()) return route.status();

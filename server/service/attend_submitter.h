@@ -1,15 +1,14 @@
 // AttendSubmitter: the request path that unary Attend and every AttendStream message share:
 // route the request to its model, validate it (conversion), and schedule it in the model's batch
 // queue; plus the metering and failure logging around it, and the drain switch that turns new
-// requests away.
+// calls of both protocols away (drain_gate.h).
 //
-// Thread-safe. The router and metrics (null = none) must outlive the submitter.
+// Thread-safe. The router, open calls and metrics (null = none) must outlive the submitter.
 #ifndef ATTNSERVE_SERVER_SERVICE_ATTEND_SUBMITTER_H_
 #define ATTNSERVE_SERVER_SERVICE_ATTEND_SUBMITTER_H_
 
 #include <grpcpp/server_context.h>
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string_view>
@@ -20,6 +19,8 @@
 #include "server/metrics/server_metrics.h"
 #include "server/runtime/attend_task.h"
 #include "server/runtime/model_router.h"
+#include "server/service/drain_gate.h"
+#include "server/service/open_calls.h"
 #include "server/service/request_meter.h"
 
 namespace attnserve::server {
@@ -32,7 +33,8 @@ void LogFailure(std::string_view model, std::string_view request_id, const absl:
 class AttendSubmitter {
  public:
   // `clock` must be the batch scheduler's (deadlines are converted onto its time line).
-  AttendSubmitter(const ModelRouter* router, batching::Clock* clock,
+  // `open_calls` counts the refusals the drain holds.
+  AttendSubmitter(const ModelRouter* router, batching::Clock* clock, OpenCalls* open_calls,
                   metrics::ServerMetrics* metrics);
   AttendSubmitter(const AttendSubmitter&) = delete;
   AttendSubmitter& operator=(const AttendSubmitter&) = delete;
@@ -54,10 +56,18 @@ class AttendSubmitter {
   // Starts timing a request for `model_name` as sent ("" = the default model).
   RequestMeter StartMeter(metrics::Method method, std::string_view model_name) const;
 
-  // From now on Submit refuses every request with Unavailable. Requests already accepted are
-  // still computed and answered.
-  void BeginDrain() { draining_.store(true, std::memory_order_release); }
-  bool draining() const { return draining_.load(std::memory_order_acquire); }
+  // From now on Submit refuses every request with Unavailable (DrainingError), and handlers hold
+  // their refusals with HoldIfDraining. Requests already accepted are still computed and
+  // answered.
+  void BeginDrain() { drain_gate_.Close(); }
+  bool draining() const { return drain_gate_.draining(); }
+  // A handler's first step for a new call: while draining, holds `refusal` (which answers the
+  // call with the status it is given) until ReleaseRefusals, and returns true; the handler then
+  // only returns its reactor. Serving: false, `refusal` unused.
+  bool HoldIfDraining(DrainGate::Refusal& refusal) { return drain_gate_.HoldIfDraining(refusal); }
+  // Answers every held refusal UNAVAILABLE, and from now on each at once. The drain calls it
+  // once gRPC has sent GOAWAY.
+  void ReleaseRefusals() { drain_gate_.Release(); }
 
   const ModelRouter& router() const { return *router_; }
 
@@ -71,7 +81,7 @@ class AttendSubmitter {
   const ModelRouter* const router_;
   batching::Clock* const clock_;
   metrics::ServerMetrics* const metrics_;
-  std::atomic<bool> draining_{false};
+  DrainGate drain_gate_;
 };
 
 }  // namespace attnserve::server

@@ -34,6 +34,24 @@ class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   void OnDone() override { delete this; }
 };
 
+// A stream opened while the server drains, counted in the open calls until done: it reads
+// nothing and is answered (UNAVAILABLE) when the drain releases its held refusals.
+class HeldStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit HeldStream(OpenCalls* open_calls) : open_calls_(open_calls) { open_calls_->Add(); }
+  DrainGate::Refusal Refusal() {
+    return [this](const absl::Status& status) { Finish(ToGrpcStatus(status)); };
+  }
+  void OnDone() override {
+    OpenCalls* open_calls = open_calls_;
+    delete this;
+    open_calls->Done();
+  }
+
+ private:
+  OpenCalls* const open_calls_;
+};
+
 // Adds to `info` the decoding sessions its version still holds.
 void AddDecodeSessions(const decoding::DecodeRuntime* runtime, v1::ModelInfo* info) {
   if (runtime == nullptr) return;
@@ -45,7 +63,7 @@ void AddDecodeSessions(const decoding::DecodeRuntime* runtime, v1::ModelInfo* in
 AttentionService::AttentionService(const ModelRouter* router, batching::Clock* clock,
                                    metrics::ServerMetrics* metrics, int64_t max_stream_unsent_bytes,
                                    int64_t max_streams_unsent_bytes)
-    : submitter_(router, clock, metrics),
+    : submitter_(router, clock, &open_calls_, metrics),
       streams_(&open_calls_, max_streams_unsent_bytes),
       max_stream_unsent_bytes_(max_stream_unsent_bytes) {}
 
@@ -72,6 +90,9 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
     return reactor;
   }
   reactor->set_meter(submitter_.StartMeter(metrics::Method::kAttend, request.model()));
+  if (DrainGate::Refusal refusal = reactor->Refusal(); submitter_.HoldIfDraining(refusal)) {
+    return reactor;
+  }
   reactor->set_wire_response(response_bytes);
   absl::Status scheduled = submitter_.Submit(
       request, context, [reactor](const AttendWork& work, absl::StatusOr<AttendResult> result) {
@@ -97,6 +118,7 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::AttendStream(
     grpc::CallbackServerContext* context) {
+  if (submitter_.draining()) return HoldStream();
   return new AttendStreamReactor(&submitter_, &streams_, context, max_stream_unsent_bytes_);
 }
 
@@ -106,6 +128,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::D
     return new RefusedStream(
         grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "Decode: decoding sessions are not enabled"));
   }
+  if (submitter_.draining()) return HoldStream();
   return new DecodeStreamReactor(decode_runtime_, &submitter_, &streams_,
                                  next_decode_owner_.fetch_add(1), max_stream_unsent_bytes_);
 }
@@ -131,6 +154,14 @@ grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext
   FillModelInfo(*route->model, route->limits, route->is_default, response);
   AddDecodeSessions(decode_runtime_, response);
   return FinishNow(&open_calls_, meter, grpc::Status::OK);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::HoldStream() {
+  auto* stream = new HeldStream(&open_calls_);
+  DrainGate::Refusal refusal = stream->Refusal();
+  // Draining never ends, so this holds (or, once released, answers at once).
+  submitter_.HoldIfDraining(refusal);
+  return stream;
 }
 
 void AttentionService::BeginDrain() {

@@ -65,9 +65,13 @@ class AttentionService final : public AttentionServiceBase {
   // shut down first). Call before the server starts; without it Decode is UNIMPLEMENTED.
   void EnableDecoding(decoding::DecodeRuntime* runtime) { decode_runtime_ = runtime; }
 
-  // Refuses new requests (Unavailable) and lets open streams finish once their accepted
-  // messages are answered. Requests already accepted are still computed and answered.
+  // Refuses new calls (Unavailable, held until ReleaseRefusals) and lets open streams finish
+  // once their accepted messages are answered. Requests already accepted are still computed and
+  // answered.
   void BeginDrain();
+  // Answers the refusals BeginDrain held (call once gRPC has sent GOAWAY), and every later one at
+  // once.
+  void ReleaseRefusals() { submitter_.ReleaseRefusals(); }
   bool draining() const { return submitter_.draining(); }
 
   // AttendStream and Decode calls not yet finished.
@@ -81,6 +85,9 @@ class AttentionService final : public AttentionServiceBase {
   AttendSubmitter& submitter() { return submitter_; }
 
  private:
+  // A stream opened while draining: its refusal held (drain_gate.h).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* HoldStream();
+
   OpenCalls open_calls_;  // First: the registry counts into it.
   AttendSubmitter submitter_;
   StreamRegistry streams_;

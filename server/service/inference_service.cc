@@ -93,6 +93,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     return reactor;
   }
   reactor->set_meter(submitter_->StartMeter(metrics::Method::kModelInfer, request.model_name()));
+  if (DrainGate::Refusal refusal = reactor->Refusal(); submitter_->HoldIfDraining(refusal)) {
+    return reactor;
+  }
   reactor->set_wire_response(response_bytes);
   auto answer = std::make_shared<oip::InferAnswer>();
   const auto parse = [&request, &answer](const ModelRoute& route) {

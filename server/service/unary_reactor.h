@@ -6,6 +6,7 @@
 
 #include "core/util/happens_before.h"
 #include "server/conversion/grpc_status.h"
+#include "server/service/drain_gate.h"
 #include "server/service/open_calls.h"
 #include "server/service/request_meter.h"
 #include "server/service/wire_messages.h"
@@ -44,6 +45,11 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
     meter_.Record(status.error_code());
     HandOff(this);
     Finish(status);
+  }
+  // The refusal a drain holds for this call (AttendSubmitter::HoldIfDraining): it finishes the
+  // call with the status it is given.
+  DrainGate::Refusal Refusal() {
+    return [this](const absl::Status& status) { FinishCall(ToGrpcStatus(status)); };
   }
   void OnDone() override {
     TakeOver(this);

@@ -4,11 +4,15 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/service/async_call.h"
 #include "tests/server/service/server_test_support.h"
@@ -116,6 +120,84 @@ TEST_F(DrainTest, ShutdownClosesAnIdleStreamWithOk) {
   EXPECT_FALSE(stream->Read(&response));
   const grpc::Status status = stream->Finish();
   EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// What 64 closed-loop clients saw of one drain under load: every call either answered OK or
+// refused UNAVAILABLE (gRPC's retry policies and the client libraries retry it on another
+// replica), never CANCELLED.
+struct LoadOutcome {
+  int64_t ok = 0;
+  int64_t unavailable = 0;
+  std::map<grpc::StatusCode, int64_t> other;
+};
+
+LoadOutcome DrainUnderLoad(server::Server& server) {
+  constexpr int kChannels = 4;
+  constexpr int kThreadsPerChannel = 16;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int c = 0; c < kChannels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("attnserve.test.channel", c);  // A connection of its own each.
+    channels.push_back(grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server.port()),
+                                                 grpc::InsecureChannelCredentials(), args));
+  }
+  std::atomic<bool> stopped{false};
+  std::atomic<int64_t> answered{0};
+  std::mutex mu;
+  LoadOutcome outcome;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kChannels * kThreadsPerChannel; ++t) {
+    clients.emplace_back([&, t] {
+      auto stub = v1::AttentionService::NewStub(channels[t % kChannels]);
+      const v1::AttendRequest request = MakeRequest(kSmallModel, 4, kSmallWidth, t);
+      LoadOutcome mine;
+      // Bounded: until the server has stopped (then one more call, refused by a closed
+      // listener), at most 60 s.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      bool last = false;
+      while (!last && std::chrono::steady_clock::now() < give_up) {
+        last = stopped.load();
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        v1::AttendResponse response;
+        const grpc::Status status = stub->Attend(&context, request, &response);
+        if (status.ok()) {
+          ++mine.ok;
+          answered.fetch_add(1);
+        } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          ++mine.unavailable;
+        } else {
+          ++mine.other[status.error_code()];
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      outcome.ok += mine.ok;
+      outcome.unavailable += mine.unavailable;
+      for (const auto& [code, count] : mine.other) outcome.other[code] += count;
+    });
+  }
+  // Under load: every client has had answers.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (answered.load() < 2000 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server.Shutdown(absl::Seconds(10));
+  stopped.store(true);
+  for (std::thread& client : clients) client.join();
+  return outcome;
+}
+
+TEST_F(DrainTest, UnderLoadACallIsAnsweredOrRefusedUnavailableNeverCancelled) {
+  for (int run = 0; run < 3; ++run) {
+    StartServer();
+    const LoadOutcome outcome = DrainUnderLoad(server());
+    EXPECT_GE(outcome.ok, 2000) << "run " << run;
+    EXPECT_GE(outcome.unavailable, 64) << "run " << run;  // Each client's last call at least.
+    for (const auto& [code, count] : outcome.other) {
+      ADD_FAILURE() << "run " << run << ": " << count << " calls ended with status " << code;
+    }
+    StopServer();
+  }
 }
 
 }  // namespace
