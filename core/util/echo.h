@@ -18,11 +18,11 @@ namespace attnserve {
 // The longest caller-supplied string quoted whole in a message.
 inline constexpr size_t kMaxEchoBytes = 128;
 
-// `text` itself when it has at most kMaxEchoBytes bytes; otherwise its first kMaxEchoBytes bytes
-// (cut back to a UTF-8 character boundary) followed by "...(N bytes)".
-inline std::string EchoForMessage(std::string_view text) {
-  if (text.size() <= kMaxEchoBytes) return std::string(text);
-  size_t cut = kMaxEchoBytes;
+// `text` itself when it has at most `max_bytes` bytes; otherwise its first `max_bytes` bytes (cut
+// back to a UTF-8 character boundary) followed by "...(N bytes)".
+inline std::string EchoForMessage(std::string_view text, size_t max_bytes = kMaxEchoBytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
   // Continuation bytes are 10xxxxxx: never end the prefix inside a character.
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
   return absl::StrCat(absl::string_view(text.data(), cut), "...(", text.size(), " bytes)");

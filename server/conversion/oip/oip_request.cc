@@ -1,5 +1,6 @@
 // oip_conversion.h, request side: ModelInferRequest -> attnserve.v1 AttendRequest -> AttendWork.
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
 #include "core/util/checked_math.h"
+#include "core/util/echo.h"
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/conversion/attnserve_v1/conversion_internal.h"
 #include "server/conversion/oip/oip_conversion.h"
@@ -31,9 +33,13 @@ std::string FormatShape(std::span<const int64_t> shape) {
   return absl::StrCat(text, "]");
 }
 
-std::string TensorName(absl::string_view name) { return absl::StrCat("inputs[\"", name, "\"]"); }
-std::string ParameterName(absl::string_view name) {
-  return absl::StrCat("parameters[\"", name, "\"]");
+// Client strings are quoted through EchoForMessage: a status message travels in metadata, whose
+// default limit (8 KiB) a long name would exceed, turning the real error into RESOURCE_EXHAUSTED.
+std::string TensorName(const std::string& name) {
+  return absl::StrCat("inputs[\"", EchoForMessage(name), "\"]");
+}
+std::string ParameterName(const std::string& name) {
+  return absl::StrCat("parameters[\"", EchoForMessage(name), "\"]");
 }
 
 // What a request tensor may be, by name.
@@ -73,11 +79,13 @@ struct TensorData {
 };
 
 absl::Status CheckRawSize(const TensorData& data, int element_bytes) {
-  const int64_t expected = data.count * element_bytes;
-  if (static_cast<int64_t>(data.raw->size()) == expected) return absl::OkStatus();
+  // The shape's element count fits in int64, its byte size need not.
+  const std::optional<int64_t> expected = CheckedProduct({data.count, element_bytes});
+  if (expected && static_cast<int64_t>(data.raw->size()) == *expected) return absl::OkStatus();
   return Invalid(
-      TensorName(data.tensor->name()), " (raw_input_contents): expected ", expected, " bytes (",
-      data.count, " ", data.tensor->datatype(), " elements of shape ",
+      TensorName(data.tensor->name()), " (raw_input_contents): expected ",
+      expected ? absl::StrCat(*expected) : "more than 2^63", " bytes (", data.count, " ",
+      EchoForMessage(data.tensor->datatype()), " elements of shape ",
       FormatShape({data.tensor->shape().data(), static_cast<size_t>(data.tensor->shape_size())}),
       "), got ", data.raw->size());
 }
@@ -94,7 +102,7 @@ absl::Status CheckTypedCount(const TensorData& data, absl::string_view field, in
 absl::Status CheckDatatype(const InputTensor& tensor, absl::string_view expected) {
   if (tensor.datatype() == expected) return absl::OkStatus();
   return Invalid(TensorName(tensor.name()), ".datatype: expected ", expected, ", got \"",
-                 tensor.datatype(), "\"");
+                 EchoForMessage(tensor.datatype()), "\"");
 }
 
 // `input` / `memory` into a v1 tensor, moving the data: FP32, or BF16 / FP16 in
@@ -108,7 +116,7 @@ absl::Status ToFloatTensor(const TensorData& data, v1::Tensor* out) {
   if (dtype == v1::DATA_TYPE_FP32) {
     if (auto s = CheckDatatype(*data.tensor, "FP32"); !s.ok()) {
       return Invalid(TensorName(data.tensor->name()), ".datatype: expected FP32, BF16 or FP16, ",
-                     "got \"", type, "\"");
+                     "got \"", EchoForMessage(type), "\"");
     }
   } else if (data.raw == nullptr) {
     return Invalid(TensorName(data.tensor->name()), ".datatype: expected FP32 in contents (", type,
@@ -152,7 +160,7 @@ absl::Status ToMask(const TensorData& data, v1::Tensor* out) {
   const std::string& type = data.tensor->datatype();
   if (type != "BOOL" && type != "UINT8") {
     return Invalid(TensorName(data.tensor->name()), ".datatype: expected BOOL or UINT8, got \"",
-                   type, "\"");
+                   EchoForMessage(type), "\"");
   }
   auto* values = out->mutable_values();
   if (data.raw != nullptr) {
@@ -196,11 +204,11 @@ absl::Status ToAttendInputs(inference::ModelInferRequest* request, v1::AttendReq
     for (const TensorKind& kind : kInputKinds) known = known || tensor->name() == kind.name;
     if (!known) {
       return Invalid("inputs[", i, "].name: expected one of input, memory, lengths, ",
-                     "memory_lengths, attn_mask, got \"", tensor->name(), "\"");
+                     "memory_lengths, attn_mask, got \"", EchoForMessage(tensor->name()), "\"");
     }
     if (!seen.insert(tensor->name()).second) {
-      return Invalid("inputs[", i, "].name: expected each input once, got \"", tensor->name(),
-                     "\" again");
+      return Invalid("inputs[", i, "].name: expected each input once, got \"",
+                     EchoForMessage(tensor->name()), "\" again");
     }
     if (raw && tensor->has_contents() && tensor->contents().ByteSizeLong() > 0) {
       return Invalid(TensorName(tensor->name()),
@@ -236,7 +244,8 @@ absl::Status ToHeadMask(const std::string& text, v1::AttendRequest* attend) {
       attend->add_head_mask(c == '1');
     } else if (c != ',' && c != ' ') {
       return Invalid(ParameterName("head_mask"),
-                     ": expected one 0 or 1 per head (e.g. \"1,0,1,1\"), got \"", text, "\"");
+                     ": expected one 0 or 1 per head (e.g. \"1,0,1,1\"), got \"",
+                     EchoForMessage(text), "\"");
     }
   }
   return absl::OkStatus();
@@ -288,10 +297,12 @@ absl::Status ToAnswer(const inference::ModelInferRequest& request, v1::AttendReq
                    : name == "weights" ? &answer->weights
                                        : nullptr;
     if (wanted == nullptr) {
-      return Invalid("outputs[", i, "].name: expected output or weights, got \"", name, "\"");
+      return Invalid("outputs[", i, "].name: expected output or weights, got \"",
+                     EchoForMessage(name), "\"");
     }
-    if (*wanted)
+    if (*wanted) {
       return Invalid("outputs[", i, "].name: expected each output once, got \"", name, "\" again");
+    }
     *wanted = true;
   }
   attend->set_return_weights(answer->weights);
@@ -306,9 +317,9 @@ absl::StatusOr<AttendWork> ParseModelInferRequest(inference::ModelInferRequest* 
   if (model == nullptr) return Internal("ParseModelInferRequest: no model");
   if (!request->model_version().empty() &&
       request->model_version() != absl::StrCat(model->version)) {
-    return absl::NotFoundError(absl::StrCat("model_version: expected \"", model->version,
-                                            "\" (the serving version of model \"", model->name,
-                                            "\") or \"\", got \"", request->model_version(), "\""));
+    return absl::NotFoundError(absl::StrCat(
+        "model_version: expected \"", model->version, "\" (the serving version of model \"",
+        model->name, "\") or \"\", got \"", EchoForMessage(request->model_version()), "\""));
   }
   v1::AttendRequest attend;
   attend.set_request_id(request->id());

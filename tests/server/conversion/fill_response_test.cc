@@ -323,6 +323,18 @@ TEST(ToGrpcStatusTest, KeepsEveryCodeNumberAndTheMessage) {
   }
 }
 
+// The backstop for every protocol: a status message is at most kMaxStatusMessageBytes (plus the
+// size note), cut on a character boundary.
+TEST(ToGrpcStatusTest, CutsALongMessage) {
+  const std::string message = "model: " + std::string(100'000, 'x');
+  const grpc::Status status = server::ToGrpcStatus(absl::NotFoundError(message));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(),
+            message.substr(0, server::kMaxStatusMessageBytes) + "...(100007 bytes)");
+  const std::string fits(server::kMaxStatusMessageBytes, 'y');
+  EXPECT_EQ(server::ToGrpcStatus(absl::InternalError(fits)).error_message(), fits);
+}
+
 TEST(ToGrpcStatusTest, CodeOutsideGrpcRangeIsUnknown) {
   const grpc::Status status =
       server::ToGrpcStatus(absl::Status(static_cast<absl::StatusCode>(42), "odd"));

@@ -4,6 +4,7 @@
 #include "server/conversion/oip/oip_conversion.h"
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,44 @@ TEST(OipConversionTest, MalformedRequestsNameTheTensorOrParameter) {
   ExpectInvalid(request, {"input.shape[2]", "d_model 8", "got 4"});
 
   ExpectInvalid(InferRequest(), {"inputs", "\"input\""});
+}
+
+// Every client string an error quotes is cut (EchoForMessage): a 1 MB name must not make a 1 MB
+// status message, which the client's 8 KiB metadata limit would turn into RESOURCE_EXHAUSTED.
+TEST(OipConversionTest, ErrorsQuoteClientStringsBounded) {
+  const std::string huge(1 << 20, 'z');
+  const std::vector<std::function<void(InferRequest*)>> mutations = {
+      [&](InferRequest* r) { r->mutable_inputs(0)->set_datatype(huge); },
+      [&](InferRequest* r) { r->mutable_inputs(4)->set_datatype(huge); },
+      [&](InferRequest* r) { r->mutable_inputs(2)->set_datatype(huge); },
+      [&](InferRequest* r) { r->mutable_inputs(3)->set_name(huge); },
+      [&](InferRequest* r) { r->add_outputs()->set_name(huge); },
+      [&](InferRequest* r) { (*r->mutable_parameters())[huge].set_bool_param(true); },
+      [&](InferRequest* r) { (*r->mutable_parameters())["head_mask"].set_string_param(huge); },
+      [&](InferRequest* r) { r->set_model_version(huge); },
+  };
+  for (size_t i = 0; i < mutations.size(); ++i) {
+    InferRequest request = Rank3InferRequest(true);
+    mutations[i](&request);
+    const absl::Status status = ParseInfer(request).status();
+    EXPECT_FALSE(status.ok()) << i;
+    EXPECT_LT(status.message().size(), 1024u) << i << ": " << status.message().substr(0, 300);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("(1048576 bytes)")) << i;
+  }
+}
+
+// A shape whose element count fits in int64 but whose byte size does not is refused, never
+// compared with a wrapped product.
+TEST(OipConversionTest, RawSizeOfAHugeShapeDoesNotOverflow) {
+  InferRequest request = Rank3InferRequest(true);
+  // lengths: INT32, 4 bytes each; 2^62 + 2^61 elements are more than 2^63 bytes.
+  request.mutable_inputs(2)->set_shape(0, (int64_t{1} << 62) + (int64_t{1} << 61));
+  ExpectInvalid(request, {"inputs[\"lengths\"] (raw_input_contents)", "more than 2^63 bytes"});
+  // 2^62 elements of 4 bytes wrap to exactly 0 in int64: an empty raw entry must not match.
+  request = Rank3InferRequest(true);
+  request.mutable_inputs(2)->set_shape(0, int64_t{1} << 62);
+  request.mutable_raw_input_contents(2)->clear();
+  ExpectInvalid(request, {"inputs[\"lengths\"] (raw_input_contents)", "more than 2^63 bytes"});
 }
 
 TEST(OipConversionTest, OtherModelVersionIsNotFound) {
