@@ -117,8 +117,8 @@ class BatchQueue {
   // Queues *task. On OK the queue owns it and *task is null; on any error *task is untouched
   // and still the caller's. Never waits for processing.
   //   InvalidArgument: task or *task is null, sequences() or tokens() is below 1, or the task
-  //       alone exceeds max_batch_sequences or max_batch_tokens (the message names the option,
-  //       its value and the task's).
+  //       alone exceeds max_batch_sequences, max_batch_tokens, this queue's or the scheduler's
+  //       max_queued_bytes (the message names the option, its value and the task's).
   //   ResourceExhausted: max_queue_size tasks are already queued (named, with its value), or the
   //       task's bytes would take this queue past its max_queued_bytes or all queues past the
   //       scheduler's max_queued_bytes (named, with the bytes queued and the task's), after any
@@ -153,6 +153,19 @@ class BatchQueue {
                                                        " tokens, more than max_batch_tokens (",
                                                        options_.max_batch_tokens, ")"));
       }
+      // A task that can never fit is not a moment of overload: refused as too large, like one
+      // past max_batch_tokens, so that nobody retries it.
+      const int64_t bytes = t.bytes();
+      if (options_.max_queued_bytes > 0 && bytes > options_.max_queued_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("task holds ", bytes, " bytes, more than this queue's max_queued_bytes (",
+                         options_.max_queued_bytes, ")"));
+      }
+      if (scheduler_->max_queued_bytes_ > 0 && bytes > scheduler_->max_queued_bytes_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("task holds ", bytes, " bytes, more than the server's max_queued_bytes (",
+                         scheduler_->max_queued_bytes_, ")"));
+      }
       if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
         // Tasks whose caller is gone (deadline, cancellation) must not keep live ones out: with
         // a long max_queue_delay_us they would otherwise wait for the next batch to be dropped.
@@ -166,7 +179,6 @@ class BatchQueue {
                                                          options_.max_queue_size,
                                                          ") tasks are waiting"));
       }
-      const int64_t bytes = t.bytes();
       if (!BytesFitLocked(bytes) || !scheduler_->BytesFitLocked(bytes)) {
         const size_t before = purged_.size();
         RemoveInadmissible(scheduler_->clock_->NowMicros(), &purged_);

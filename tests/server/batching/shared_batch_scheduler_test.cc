@@ -797,6 +797,42 @@ TEST(SharedBatchSchedulerSharingTest, QueuedBytesAreBoundedAcrossQueues) {
   EXPECT_EQ(scheduler.QueuedBytes(), 0);
 }
 
+// A task larger than a byte limit by itself can never be queued, however empty the queues are:
+// InvalidArgument (not worth retrying), as a task past max_batch_tokens, not ResourceExhausted.
+TEST(SharedBatchSchedulerSharingTest, ATaskLargerThanAByteLimitIsInvalid) {
+  FakeClock clock(0);
+  Recorder recorder;
+  TestScheduler scheduler({.num_batch_threads = 1, .max_queued_bytes = 1000}, &clock);
+  auto queue = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs, .max_queued_bytes = 500},
+                                   recorder.ProcessFn(), recorder.DropFn());
+  auto unlimited = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
+                                       recorder.DropFn());
+  auto sized = [](int id, int64_t bytes) {
+    auto task = MakeTask(id);
+    task->num_bytes = bytes;
+    return task;
+  };
+  auto over_queue = sized(1, 501);
+  absl::Status refused = queue->Schedule(&over_queue);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("501 bytes"), HasSubstr("this queue's max_queued_bytes (500)")));
+  ASSERT_NE(over_queue, nullptr);  // Still the caller's.
+
+  auto over_server = sized(2, 1001);
+  refused = unlimited->Schedule(&over_server);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("1001 bytes"), HasSubstr("the server's max_queued_bytes (1000)")));
+
+  // Exactly at a limit fits.
+  auto at_limit = sized(3, 500);
+  EXPECT_TRUE(queue->Schedule(&at_limit).ok());
+  EXPECT_EQ(scheduler.QueuedBytes(), 500);
+  queue->Drain();
+  unlimited->Drain();
+}
+
 // A queue's own byte limit: one model cannot take the server-wide budget from the others.
 TEST(SharedBatchSchedulerSharingTest, AQueuesBytesAreBoundedByItsOwnLimit) {
   FakeClock clock(0);
