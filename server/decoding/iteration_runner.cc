@@ -127,6 +127,16 @@ absl::Status IterationRunner::Validate(const StepScheduler::Slice& slice, int64_
         absl::StrCat("rows: value ", slice.begin * s.d_model + bad, " is not finite"));
   }
   if (s.cross) return absl::OkStatus();  // Cross-attention steps do not grow the cache.
+  if (slice.begin == 0 && slice.count < item.num_rows) {
+    // A prompt taken in chunks must fit whole (the session's cap, the budget as it stands now)
+    // before its first chunk is computed: otherwise it would be computed up to the point where it
+    // stops fitting, and then rolled back.
+    int64_t whole = *pending_bytes;
+    if (absl::Status status = budget_->Admit(*s.pool, s.cache, item.num_rows, &whole);
+        !status.ok()) {
+      return status;
+    }
+  }
   return budget_->Admit(*s.pool, s.cache, slice.count, pending_bytes);
 }
 

@@ -85,18 +85,67 @@ TEST(DecodeErrorsTest, BudgetExhaustionFailsOnlyTheStepThatDoesNotFitAndClosingF
   EXPECT_EQ(rt->Stats().kv_bytes_used, 0);
 }
 
-// A prompt whose third chunk cannot get a block fails whole: the two chunks it had cached are
-// rolled back, so the session continues as if the prompt had never been sent.
+// A prompt that cannot fit whole, in the budget or under the session's cap, is refused at its first
+// chunk: none of it is computed (not computed chunk by chunk up to the limit, then rolled back).
+TEST(DecodeErrorsTest, APromptThatCannotFitIsRefusedBeforeAnyOfItIsComputed) {
+  const TestModel m = MakeModel("m", 1, 6);
+  RecordingListener listener;
+  auto rt = DecodeRuntime::Create(
+      {.scheduling = {.max_iteration_tokens = 64, .prefill_chunk_tokens = 16},
+       .kv = {.budget_bytes = 2 * kBlockBytes, .block_tokens = 16, .max_session_tokens = 24},
+       .compute_threads = 1},
+      batching::RealClock::Default(), &listener);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  const SessionId s = OpenReady(**rt, m.model);
+  Answer over_cap;
+  ASSERT_TRUE(Append(**rt, s, UniformValues(40 * kD, 1), &over_cap).ok());
+  EXPECT_EQ(over_cap.Get().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(over_cap.Get().status().message()),
+              HasSubstr("40 tokens, more than max_session_tokens (24)"));
+  EXPECT_EQ((*rt)->Stats().prefill_tokens, 0);
+  EXPECT_EQ((*rt)->Stats().kv_bytes_used, 0);
+
+  // Within the cap, the session's cache then continues from empty.
+  const std::vector<float> x = UniformValues(20 * kD, 2);
+  Answer fits;
+  ASSERT_TRUE(Append(**rt, s, x, &fits).ok());
+  ASSERT_TRUE(fits.Get().ok()) << fits.Get().status();
+  EXPECT_LE(MaxAbsDiff(*fits.Get(), FullForward(*m.model->layer, x, true)), kExact);
+  EXPECT_EQ((*rt)->Stats().prefill_tokens, 20);
+
+  // Over the budget: 2 blocks, 20 tokens cached in 2; a second session's 24-token prompt needs
+  // 2 more.
+  const SessionId t = OpenReady(**rt, m.model);
+  Answer over_budget;
+  ASSERT_TRUE(Append(**rt, t, UniformValues(24 * kD, 3), &over_budget).ok());
+  EXPECT_EQ(over_budget.Get().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*rt)->Stats().prefill_tokens, 20);  // None of the refused prompt.
+  EXPECT_EQ((*rt)->Stats().kv_bytes_used, 2 * kBlockBytes);
+}
+
+// A prompt that fitted when it started but whose third chunk cannot get a block (another
+// session took the budget meanwhile) fails whole: the two chunks it had cached are rolled back,
+// so the session continues as if the prompt had never been sent.
 TEST(DecodeErrorsTest, PromptFailingInALaterChunkIsRolledBack) {
   const TestModel m = MakeModel("m", 1, 6);
   RecordingListener listener;
-  auto rt = MakeRuntime(&listener, /*budget_blocks=*/2);
+  auto rt = MakeRuntime(&listener, /*budget_blocks=*/4);
   ASSERT_NE(rt, nullptr);
   const SessionId s = OpenReady(*rt, m.model);
-  Answer too_long;
+  const SessionId other = OpenReady(*rt, m.model);
+  // Both start in the same iteration, and each fits as the budget stands then (3 and 2 of 4
+  // blocks). At 16 rows per chunk the other's 32 rows have taken their 2 blocks by the time the
+  // long prompt's third chunk needs its third block.
+  Answer too_long, competitor;
+  rt->Pause();
   ASSERT_TRUE(Append(*rt, s, UniformValues(40 * kD, 1), &too_long).ok());
+  ASSERT_TRUE(Append(*rt, other, UniformValues(32 * kD, 4), &competitor).ok());
+  rt->Resume();
+  ASSERT_TRUE(competitor.Get().ok()) << competitor.Get().status();
   EXPECT_EQ(too_long.Get().status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(rt->Stats().kv_bytes_used, 0);
+  EXPECT_EQ(rt->Stats().kv_bytes_used, 2 * kBlockBytes);  // The other's alone.
+  ASSERT_TRUE(rt->Close(other).ok());
+  ASSERT_TRUE(listener.WaitForClosed(1));
   const std::vector<float> x = UniformValues(20 * kD, 2);
   Answer fits;
   ASSERT_TRUE(Append(*rt, s, x, &fits).ok());
