@@ -22,15 +22,20 @@ void FlowControlledStream::Begin(const std::function<bool()>& draining) {
 
 void FlowControlledStream::OnReadDone(bool ok) {
   TakeOver(&request_);
-  if (ok) {
-    {
-      // Counted before the message starts: its answer may come before OnMessage returns.
-      std::lock_guard<std::mutex> lock(mu_);
-      ++in_flight_;
-    }
-    OnMessage(&request_);
-    request_.Clear();
+  OnReadCompleted(ok);
+  bool accepted = false;
+  {
+    // Counted before the message starts: its answer may come before OnMessage returns.
+    std::lock_guard<std::mutex> lock(mu_);
+    // A drain may have finished the stream while this read was outstanding (an idle stream must
+    // not wait for a message that may never come). A message that still arrived is not accepted:
+    // gRPC runs OnDone as soon as this reaction returns, so work started now would answer into a
+    // deleted stream.
+    accepted = ok && !finished_;
+    if (accepted) ++in_flight_;
   }
+  if (accepted) OnMessage(&request_);
+  request_.Clear();
   Actions actions;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -79,6 +79,9 @@ class FlowControlledStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   // The call is over (gRPC's OnDone), just before the stream unregisters and is deleted.
   // Default: nothing.
   virtual void OnStreamDone() {}
+  // A read completed with a message (`ok`) or without, before the stream decides whether to
+  // accept it: the point where a test injects a drain racing the read. Default: nothing.
+  virtual void OnReadCompleted(bool /*ok*/) {}
 
   // Holds `bytes` of the stream's unsent-byte budget for a message until its Answer returns
   // them. May be called before or after the message's answer arrives (the count may dip below
