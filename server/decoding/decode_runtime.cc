@@ -104,6 +104,7 @@ absl::StatusOr<SessionId> DecodeRuntime::Open(SessionSpec spec, ReadyCallback re
   session->d_model = d;
   session->memory = std::move(spec.memory);
   session->on_ready = std::move(ready);
+  session->on_closed = std::move(spec.on_closed);
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_) return absl::UnavailableError("decoding runtime is draining: no new sessions");
   if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
@@ -358,10 +359,13 @@ void DecodeRuntime::Loop() {
         s.pool = nullptr;
       }
       const SessionId id = s.id;
+      std::function<void(CloseReason)> on_closed = std::move(s.on_closed);
       // Let go of the session (and with it, perhaps, the last hold on its model version) before
       // anyone hears that it closed.
       closing.dropped.clear();
       closing.session.reset();
+      // Before it is counted: whoever reads the count sees the owner told.
+      if (on_closed != nullptr) on_closed(closing.reason);
       {
         // Counted before the listener hears of it, so a reader woken by it sees the count.
         std::lock_guard<std::mutex> count_lock(mu_);

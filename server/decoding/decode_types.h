@@ -54,6 +54,10 @@ struct SessionSpec {
   // encoder memory, [rows, d_model] row-major finite floats, loaded into the cache once; steps
   // then attend over it (non-causal) and do not grow the cache.
   std::vector<float> memory = {};
+  // Called once, on the loop thread, when the session closes (any CloseReason), after its queued
+  // steps were answered; not when the open fails (`ready` hears of that). Must not block. May be
+  // null.
+  std::function<void(CloseReason reason)> on_closed = nullptr;
 };
 
 struct StepRequest {

@@ -8,6 +8,7 @@
 #define ATTNSERVE_SERVER_DECODING_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct Session {
   core::KvSequence cache;
   std::vector<float> memory;
   ReadyCallback on_ready;
+  std::function<void(CloseReason reason)> on_closed;  // SessionSpec::on_closed.
 };
 
 // One accepted step: the scheduler's item (tokens() = its rows).

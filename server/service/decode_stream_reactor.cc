@@ -101,9 +101,10 @@ std::string DecodeStreamReactor::MeterModel(const v1::DecodeRequest& message) {
                            : message.closes_size() > 0 ? &message.closes(0).session()
                                                        : nullptr;
   if (tag == nullptr) return metrics::kUnknownModel;
-  std::lock_guard<std::mutex> lock(tags_mu_);
-  const auto it = tags_.find(*tag);
-  return it == tags_.end() ? metrics::kUnknownModel : it->second.model->name;
+  std::lock_guard<std::mutex> lock(tags_->mu);
+  const auto it = tags_->map.find(*tag);
+  return it == tags_->map.end() || it->second.model == nullptr ? metrics::kUnknownModel
+                                                               : it->second.model->name;
 }
 
 void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserved_bytes,
@@ -145,8 +146,8 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
   if (!route.ok()) return fail(route.status());
   absl::StatusOr<decoding::SessionSpec> spec;
   {
-    std::lock_guard<std::mutex> lock(tags_mu_);
-    spec = ParseDecodeOpen(message, index, route->model, owner_, tags_);
+    std::lock_guard<std::mutex> lock(tags_->mu);
+    spec = ParseDecodeOpen(message, index, route->model, owner_, tags_->map);
   }
   if (!spec.ok()) return fail(spec.status());
   const std::string tag = message.opens(index).session();
@@ -155,16 +156,22 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
   {
     // Taken before Open: the ready callback (which frees the tag of a failed open) may run
     // before Open returns the id.
-    std::lock_guard<std::mutex> lock(tags_mu_);
-    serial = ++last_serial_;
-    tags_[tag] = DecodeStreamSession{.id = 0, .model = model, .serial = serial};
+    std::lock_guard<std::mutex> lock(tags_->mu);
+    serial = ++tags_->last_serial;
+    tags_->map[tag] =
+        DecodeStreamSession{.id = 0, .model = model, .serial = serial, .closed = std::nullopt};
   }
+  // A session the runtime closes itself (idle, drained) frees its tag, and with it the hold on
+  // its model version. The table outlives the stream for callbacks that come after it ended.
+  spec->on_closed = [tags = tags_, tag, serial](decoding::CloseReason reason) {
+    tags->MarkClosed(tag, serial, reason);
+  };
   absl::StatusOr<decoding::SessionId> opened = runtime_->Open(
       *std::move(spec), [this, pending, index, tag, model, serial](absl::Status ready) {
         if (!ready.ok()) {
-          std::lock_guard<std::mutex> lock(tags_mu_);
-          const auto it = tags_.find(tag);
-          if (it != tags_.end() && it->second.serial == serial) tags_.erase(it);
+          std::lock_guard<std::mutex> lock(tags_->mu);
+          const auto it = tags_->map.find(tag);
+          if (it != tags_->map.end() && it->second.serial == serial) tags_->map.erase(it);
         }
         {
           std::lock_guard<std::mutex> lock(pending->mu);
@@ -176,12 +183,12 @@ void DecodeStreamReactor::StartOpen(const v1::DecodeRequest& message, int index,
         ItemDone(pending);
       });
   {
-    std::lock_guard<std::mutex> lock(tags_mu_);
-    const auto it = tags_.find(tag);
-    if (it == tags_.end() || it->second.serial != serial) {
+    std::lock_guard<std::mutex> lock(tags_->mu);
+    const auto it = tags_->map.find(tag);
+    if (it == tags_->map.end() || it->second.serial != serial) {
       // The open failed meanwhile (its ready callback freed the tag).
     } else if (!opened.ok()) {
-      tags_.erase(it);
+      tags_->map.erase(it);
     } else {
       it->second.id = *opened;  // Still there: the open has not failed meanwhile.
     }
@@ -216,8 +223,8 @@ absl::StatusOr<decoding::StepRequest> DecodeStreamReactor::PrepareStep(
     const v1::DecodeRequest& message, int index, const std::shared_ptr<Pending>& pending) {
   absl::StatusOr<DecodeStreamSession> session;
   {
-    std::lock_guard<std::mutex> lock(tags_mu_);
-    session = FindDecodeSession(message, "steps", index, tags_);
+    std::lock_guard<std::mutex> lock(tags_->mu);
+    session = FindDecodeSession(message, "steps", index, tags_->map);
   }
   if (!session.ok()) return session.status();
   absl::StatusOr<decoding::StepRequest> step = ParseDecodeStep(message, index, *session);
@@ -254,9 +261,14 @@ void DecodeStreamReactor::StartClose(const v1::DecodeRequest& message, int index
   {
     // The tag is free at once (a later message may reuse it); the session closes once this
     // message's steps are answered.
-    std::lock_guard<std::mutex> lock(tags_mu_);
-    session = FindDecodeSession(message, "closes", index, tags_);
-    if (session.ok()) tags_.erase(message.closes(index).session());
+    std::lock_guard<std::mutex> lock(tags_->mu);
+    const std::string& tag = message.closes(index).session();
+    if (const auto it = tags_->map.find(tag); it != tags_->map.end() && it->second.closed) {
+      tags_->map.erase(it);  // The server closed it already: nothing left to do but free the tag.
+      return;
+    }
+    session = FindDecodeSession(message, "closes", index, tags_->map);
+    if (session.ok()) tags_->map.erase(tag);
   }
   std::lock_guard<std::mutex> lock(pending->mu);
   if (session.ok()) {
@@ -283,6 +295,24 @@ void DecodeStreamReactor::ItemDone(const std::shared_ptr<Pending>& pending) {
   std::lock_guard<std::mutex> lock(pending->mu);  // For the analysis; uncontended.
   pending->meter.Record(CodeOf(pending->response));
   QueueAnswer(pending->response, pending->reserved_bytes);
+}
+
+void DecodeStreamReactor::Tags::MarkClosed(const std::string& tag, uint64_t serial,
+                                           decoding::CloseReason reason) {
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = map.find(tag);
+  if (it == map.end() || it->second.serial != serial) return;  // Closed by the client, or reused.
+  it->second = DecodeStreamSession{.id = 0, .model = nullptr, .serial = serial, .closed = reason};
+  closed_order.emplace_back(tag, serial);
+  closed_bytes += static_cast<int64_t>(tag.size());
+  // Kept for a step that comes late, to tell it why; the oldest go first past the bound.
+  while (closed_order.size() > kMaxClosedTags || closed_bytes > kMaxClosedTagBytes) {
+    const auto& [old_tag, old_serial] = closed_order.front();
+    const auto old = map.find(old_tag);
+    if (old != map.end() && old->second.serial == old_serial && old->second.closed) map.erase(old);
+    closed_bytes -= static_cast<int64_t>(old_tag.size());
+    closed_order.pop_front();
+  }
 }
 
 void DecodeStreamReactor::QueueAnswer(const v1::DecodeResponse& response, int64_t reserved_bytes) {

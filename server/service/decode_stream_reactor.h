@@ -26,7 +26,7 @@
 // finishes UNAVAILABLE ("server is shutting down"), so a client knows to reconnect elsewhere.
 //
 // Thread-safety: reactions run on gRPC threads and the runtime's callbacks on its loop thread;
-// the flow state is FlowControlledStream's, the session tags are under tags_mu_, and neither lock
+// the flow state is FlowControlledStream's, the session tags are under tags_->mu, and neither lock
 // is held while calling gRPC or the runtime. The stream finishes only once every message is
 // answered, and nothing touches the reactor after Finish (OnDone deletes it).
 #ifndef ATTNSERVE_SERVER_SERVICE_DECODE_STREAM_REACTOR_H_
@@ -35,9 +35,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "attnserve/v1/attention.pb.h"
@@ -102,9 +104,26 @@ class DecodeStreamReactor final : public FlowControlledStream {
   const AttendSubmitter* const submitter_;
   const decoding::OwnerKey owner_;
 
-  std::mutex tags_mu_;
-  DecodeSessionTags tags_ ABSL_GUARDED_BY(tags_mu_);
-  uint64_t last_serial_ ABSL_GUARDED_BY(tags_mu_) = 0;  // Of the last open.
+  // The stream's sessions by tag, shared with the runtime's close callbacks (which may come after
+  // the stream is gone).
+  struct Tags {
+    // The most tags of sessions the server closed kept to answer a late step with the reason,
+    // and their most bytes.
+    static constexpr size_t kMaxClosedTags = 256;
+    static constexpr int64_t kMaxClosedTagBytes = 64 << 10;
+
+    // The server closed the session opened as `serial` under `tag` (idle, drained): the tag is
+    // kept, holding no model version, until reopened, closed by the client or evicted (oldest
+    // first past the bounds above).
+    void MarkClosed(const std::string& tag, uint64_t serial, decoding::CloseReason reason);
+
+    std::mutex mu;
+    DecodeSessionTags map ABSL_GUARDED_BY(mu);
+    uint64_t last_serial ABSL_GUARDED_BY(mu) = 0;  // Of the last open.
+    std::deque<std::pair<std::string, uint64_t>> closed_order ABSL_GUARDED_BY(mu);
+    int64_t closed_bytes ABSL_GUARDED_BY(mu) = 0;
+  };
+  const std::shared_ptr<Tags> tags_ = std::make_shared<Tags>();
 };
 
 }  // namespace attnserve::server

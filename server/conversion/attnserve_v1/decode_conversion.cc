@@ -23,10 +23,11 @@ std::string Item(absl::string_view field, int index) {
 }
 
 std::string OpenTags(const DecodeSessionTags& tags) {
-  if (tags.empty()) return "none are open";
   std::vector<std::string> names;
-  for (const auto& [tag, session] : tags)
-    names.push_back(absl::StrCat("\"", EchoForMessage(tag), "\""));
+  for (const auto& [tag, session] : tags) {
+    if (!session.closed) names.push_back(absl::StrCat("\"", EchoForMessage(tag), "\""));
+  }
+  if (names.empty()) return "none are open";
   std::sort(names.begin(), names.end());
   const size_t shown = std::min(names.size(), kMaxShownTags);
   std::string text =
@@ -46,7 +47,7 @@ absl::StatusOr<decoding::SessionSpec> ParseDecodeOpen(const v1::DecodeRequest& r
   if (open.session().empty()) {
     return Invalid(item, ".session: expected a non-empty tag naming the session, got \"\"");
   }
-  if (tags.contains(open.session())) {
+  if (const auto it = tags.find(open.session()); it != tags.end() && !it->second.closed) {
     return Invalid(item, ".session: expected a tag not open on this stream, got \"",
                    EchoForMessage(open.session()), "\" (already open)");
   }
@@ -73,6 +74,12 @@ absl::StatusOr<DecodeStreamSession> FindDecodeSession(const v1::DecodeRequest& r
   const std::string& tag =
       field == "steps" ? request.steps(index).session() : request.closes(index).session();
   const auto it = tags.find(tag);
+  if (it != tags.end() && it->second.closed) {
+    return absl::NotFoundError(absl::StrCat(
+        Item(field, index), ".session: session \"", EchoForMessage(tag),
+        "\" was closed by the server (", std::string(decoding::CloseReasonName(*it->second.closed)),
+        "); open it again"));
+  }
   if (it != tags.end()) return it->second;
   return Invalid(Item(field, index), ".session: expected a session open on this stream (",
                  OpenTags(tags), "), got \"", EchoForMessage(tag), "\"");

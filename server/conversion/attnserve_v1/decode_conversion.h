@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -28,14 +29,17 @@
 
 namespace attnserve::server {
 
-// One open session of a Decode stream.
+// One open session of a Decode stream, or one the server closed (idle, drained) and the client has
+// not yet heard of: `closed` set, `model` null (the version is no longer held) and the tag free
+// to open again.
 struct DecodeStreamSession {
   decoding::SessionId id = 0;
   std::shared_ptr<const model::Model> model = nullptr;
   // The stream's number for this open (tells apart two sessions that used the same tag).
   uint64_t serial = 0;
+  std::optional<decoding::CloseReason> closed;
 };
-// A stream's open sessions by tag.
+// A stream's sessions by tag.
 using DecodeSessionTags = absl::flat_hash_map<std::string, DecodeStreamSession>;
 
 // Checks opens[index] of `request` against `model` (the version its model name routes to; not
@@ -49,7 +53,8 @@ absl::StatusOr<decoding::SessionSpec> ParseDecodeOpen(const v1::DecodeRequest& r
                                                       const DecodeSessionTags& tags);
 
 // The session steps[index] (or closes[index], `field` "steps" / "closes") names. InvalidArgument
-// when its tag is not open on this stream, listing (the first few of) those that are.
+// when its tag is not open on this stream, listing (the first few of) those that are; NotFound,
+// giving the reason, when the server closed it.
 absl::StatusOr<DecodeStreamSession> FindDecodeSession(const v1::DecodeRequest& request,
                                                       absl::string_view field, int index,
                                                       const DecodeSessionTags& tags);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/attention_weights.h"
 #include "core/model/model_writer.h"
 #include "core/model/weight_naming.h"
@@ -494,7 +495,8 @@ TEST_F(DecodeTest, AnIdleSessionIsClosedAndFreedWhileItsStreamGoesOn) {
   const v1::DecodeResponse refused = a.Call(late);
   ASSERT_TRUE(refused.steps(0).has_error());
   EXPECT_EQ(refused.steps(0).error().code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_NE(refused.steps(0).error().message().find("idle"), std::string::npos)
+  EXPECT_NE(refused.steps(0).error().message().find("closed by the server (idle)"),
+            std::string::npos)
       << refused.steps(0).error().message();
 
   v1::DecodeRequest again;  // The stream still serves new sessions.
@@ -503,6 +505,49 @@ TEST_F(DecodeTest, AnIdleSessionIsClosedAndFreedWhileItsStreamGoesOn) {
   const v1::DecodeResponse reopened = a.Call(again);
   EXPECT_FALSE(reopened.opens(0).has_error()) << reopened.opens(0).error().message();
   EXPECT_FALSE(reopened.steps(0).has_error()) << reopened.steps(0).error().message();
+
+  // The idle session's tag is free again: the same tag opens a new session at once.
+  v1::DecodeRequest same_tag;
+  AddOpen(&same_tag, "s", kSmallModel);
+  AddStep(&same_tag, "s", TestValues(d, 33), d);
+  const v1::DecodeResponse fresh = a.Call(same_tag);
+  EXPECT_FALSE(fresh.opens(0).has_error()) << fresh.opens(0).error().message();
+  EXPECT_FALSE(fresh.steps(0).has_error()) << fresh.steps(0).error().message();
+}
+
+// A session the server closes frees its tag whether or not the client ever uses it again: a
+// client that lets many sessions idle out under new tags is not refused for tags it no longer
+// holds, and closing a tag the server closed is answered OK.
+TEST_F(DecodeTest, TagsOfSessionsTheServerClosedAreFreed) {
+  server::ServerOptions options = TestServerOptions();
+  options.decoding.idle_timeout_us = 50'000;
+  StartServer(options);
+  const int64_t d = kSmallWidth;
+  DecodeStream a(stub());
+  for (int round = 0; round < 3; ++round) {
+    v1::DecodeRequest open;
+    for (int i = 0; i < 4; ++i) {
+      const std::string tag = absl::StrCat("r", round, "-", i);
+      AddOpen(&open, tag, kSmallModel);
+      AddStep(&open, tag, TestValues(2 * d, 40 + i), d);
+    }
+    const v1::DecodeResponse opened = a.Call(open);
+    for (const v1::DecodeStepResult& step : opened.steps()) {
+      ASSERT_FALSE(step.has_error()) << step.error().message();
+    }
+    ASSERT_TRUE(AllFreed(4 * (round + 1)));
+  }
+  v1::DecodeRequest close;
+  close.add_closes()->set_session("r0-0");
+  const v1::DecodeResponse closed = a.Call(close);
+  EXPECT_FALSE(closed.closes(0).has_error()) << closed.closes(0).error().message();
+  // Every tag is free: a step on an unknown tag lists none as open.
+  v1::DecodeRequest late;
+  AddStep(&late, "nope", TestValues(d, 50), d);
+  const v1::DecodeResponse refused = a.Call(late);
+  ASSERT_TRUE(refused.steps(0).has_error());
+  EXPECT_NE(refused.steps(0).error().message().find("none are open"), std::string::npos)
+      << refused.steps(0).error().message();
 }
 
 }  // namespace
