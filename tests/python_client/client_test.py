@@ -303,14 +303,19 @@ class ResourceExhaustedRetryTest(unittest.TestCase):
     def test_size_refusals_are_not_retried(self):
         # x of 64 tokens: 8 KiB of float32, over each limit below, however often it is sent.
         x = np.zeros((64, D_MODEL), np.float32)
-        cases = {"gRPC's message limit": ("--max-message-bytes", "4096"),
-                 "one model's queued bytes": ("--max-queued-bytes-per-model", "4096"),
-                 "the server's queued bytes": ("--max-queued-bytes", "4096")}
-        for name, flags in cases.items():
+        # gRPC's limit is RESOURCE_EXHAUSTED without the server's retry mark; a request larger
+        # than a queue byte limit is INVALID_ARGUMENT (no empty queue would take it).
+        cases = {"gRPC's message limit": (("--max-message-bytes", "4096"),
+                                          grpc.StatusCode.RESOURCE_EXHAUSTED),
+                 "one model's queued bytes": (("--max-queued-bytes-per-model", "4096"),
+                                              grpc.StatusCode.INVALID_ARGUMENT),
+                 "the server's queued bytes": (("--max-queued-bytes", "4096"),
+                                               grpc.StatusCode.INVALID_ARGUMENT)}
+        for name, (flags, code) in cases.items():
             with self.subTest(name), self.server(*flags) as server, self.attnserve.Client(
                     server.target, retries=self.RETRIES, backoff_s=0.001) as client:
                 count, error = self.attempts(client, x)
-                self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED, error.message)
+                self.assertEqual(error.code, code, error.message)
                 self.assertEqual(count, 1, error.message)
                 # The same server answers a request within its limits.
                 self.assertEqual(client.attend(x[:2]).shape, (2, D_MODEL))

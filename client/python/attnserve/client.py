@@ -10,8 +10,9 @@ deadline, only where a retry can succeed:
 - UNAVAILABLE (no connection, server restarting or draining);
 - RESOURCE_EXHAUSTED from attnserve's queue admission, which the server alone marks: its message
   ends "; retry with backoff" (batch queue full: max_queue_size requests waiting; or queued bytes
-  at max_queued_bytes), unless it names a request larger than the limit itself ("max_queued_bytes
-  (L) ... this request holds B" with B > L), which no drained queue would admit.
+  at max_queued_bytes). A request larger than a byte limit by itself is INVALID_ARGUMENT, since
+  no drained queue would admit it (servers before that answered it RESOURCE_EXHAUSTED, naming
+  "max_queued_bytes (L) ... this request holds B" with B > L: not retried either).
 Every other RESOURCE_EXHAUSTED fails at once: gRPC's message size limits ("Received message
 larger than max", on either side: the same request always fails), the server's own memory
 failures, and anything else without the server's mark.

@@ -92,21 +92,36 @@ TEST_F(InferenceServiceTest, DrainAnswersAcceptedCallsAndIsNotReady) {
     std::this_thread::yield();
   }
   server().service().BeginDrain();  // What Shutdown starts with.
-  {
-    grpc::ClientContext ready_context;
-    inference::ServerReadyResponse ready;
-    ASSERT_TRUE(stub->ServerReady(&ready_context, {}, &ready).ok());
-    EXPECT_FALSE(ready.ready());
-    grpc::ClientContext refused_context;
-    inference::ModelInferResponse refused;
-    EXPECT_EQ(stub->ModelInfer(&refused_context, request, &refused).error_code(),
-              grpc::StatusCode::UNAVAILABLE);
+  grpc::ClientContext ready_context;
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub->ServerReady(&ready_context, {}, &ready).ok());
+  EXPECT_FALSE(ready.ready());
+  // A new ModelInfer is refused, but only once the drain has sent GOAWAY (drain_gate.h): held
+  // until Shutdown below.
+  grpc::ClientContext refused_context;
+  refused_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  inference::ModelInferResponse refused;
+  bool refused_done = false;
+  grpc::Status refused_status;
+  stub->async()->ModelInfer(&refused_context, &request, &refused, [&](grpc::Status s) {
+    std::lock_guard lock(mutex);
+    refused_status = s;
+    refused_done = true;
+    answered.notify_all();
+  });
+  while (server().service().open_calls().held() != 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up);
+    std::this_thread::yield();
   }
   server().Shutdown(absl::Seconds(10));
   std::unique_lock lock(mutex);
-  ASSERT_TRUE(answered.wait_for(lock, std::chrono::seconds(30), [&] { return done; }));
+  ASSERT_TRUE(
+      answered.wait_for(lock, std::chrono::seconds(30), [&] { return done && refused_done; }));
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(refused_status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(refused_status.error_message().find("draining"), std::string::npos)
+      << refused_status.error_message();
 }
 
 }  // namespace
