@@ -26,16 +26,18 @@ void WarmUp(AttendQueue& queue, const std::shared_ptr<const model::Model>& model
   work.padded_memory_length = rows;
   work.warm_up = true;
   Notification done;
-  absl::Status outcome;
+  absl::Status computed;  // Written by the batch thread before done.Notify().
   auto task =
       std::make_unique<AttendTask>(std::move(work), batching::kNoDeadline, nullptr,
                                    [&](const AttendWork&, absl::StatusOr<AttendResult> result) {
-                                     outcome = result.status();
+                                     computed = result.status();
                                      done.Notify();
                                    });
-  outcome = queue.Schedule(&task);
+  // Its own variable: the answer may come (on a batch thread) before Schedule returns.
+  absl::Status outcome = queue.Schedule(&task);
   if (outcome.ok()) {
     done.WaitForNotification();
+    outcome = computed;
   } else {
     task->Release();
   }
@@ -43,6 +45,19 @@ void WarmUp(AttendQueue& queue, const std::shared_ptr<const model::Model>& model
     spdlog::warn("model {} v{}: warm-up failed: {}", model->name, model->version,
                  outcome.ToString());
   }
+}
+
+// Options that admit every task either `a` or `b` admits, with no batching delay: a reloaded
+// model's queue holds them while the new version warms up and is published, so that neither
+// version's requests are refused by the other's limits meanwhile.
+batching::BatchingOptions AdmittingBoth(const batching::BatchingOptions& a,
+                                        const batching::BatchingOptions& b) {
+  const auto bytes = [](int64_t x, int64_t y) { return x == 0 || y == 0 ? 0 : std::max(x, y); };
+  return {.max_batch_sequences = std::max(a.max_batch_sequences, b.max_batch_sequences),
+          .max_batch_tokens = std::max(a.max_batch_tokens, b.max_batch_tokens),
+          .max_queue_delay_us = 0,
+          .max_queue_size = std::max(a.max_queue_size, b.max_queue_size),
+          .max_queued_bytes = bytes(a.max_queued_bytes, b.max_queued_bytes)};
 }
 
 void SetOptions(AttendQueue& queue, const batching::BatchingOptions& options,
@@ -164,10 +179,15 @@ void ModelLifecycle::Sync() {
       changes.emplace_back(model->name, true);
     } else {
       route.queue = serving->second.queue;
-      if (changed) SetOptions(*route.queue, no_delay, model->name);
+      // Until the router publishes the new version, requests validated against the old one's
+      // limits still arrive: the queue admits what either admits.
+      if (changed) {
+        SetOptions(*route.queue,
+                   AdmittingBoth(serving->second.limits.batching, route.limits.batching),
+                   model->name);
+      }
     }
     if (changed) WarmUp(*route.queue, model, route.limits);
-    SetOptions(*route.queue, route.limits.batching, model->name);
     next.emplace(model->name, std::move(route));
   }
   std::vector<std::shared_ptr<AttendQueue>> retired;
@@ -182,6 +202,12 @@ void ModelLifecycle::Sync() {
                     .failed = failed,
                     .loading = {},
                     .default_model = DefaultName(serving_)});
+  // Published: from now on requests are validated against the new versions' limits, and their
+  // queues take them (a request validated just before may still be refused by a tighter limit).
+  for (const auto& model : models) {
+    const ModelRoute& route = serving_.at(model->name);
+    SetOptions(*route.queue, route.limits.batching, model->name);
+  }
 
   // Health first, so that load balancers stop sending to an unloaded model; then draining
   // computes whatever its queue still had.

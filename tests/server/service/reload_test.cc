@@ -5,10 +5,14 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/attention_weights.h"
 #include "core/model/model_writer.h"
@@ -89,6 +93,44 @@ TEST_F(ReloadTest, ChangedWeightsAreServedAsTheNextVersion) {
       Near(TensorValues(after.output()),
            CoreCompute(*Layer(kSmallModel), {.query = TestValues(4 * kSmallWidth, 9)}).output));
   EXPECT_FALSE(Near(TensorValues(after.output()), TensorValues(before.output())));
+}
+
+// A reload whose new version has tighter limits changes the queue's limits only once the new
+// version is published: while it warms up, requests valid for the serving version are still
+// taken. (A queue refusal, "task has ...", seen while version 1 still serves is the failure;
+// once version 2 serves, the conversion refuses such requests by its limits, as it should.)
+TEST_F(ReloadTest, TheServingVersionsRequestsAreTakenWhileTheNextWarmsUp) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> answered_by_v1{0};
+  std::mutex mu;
+  std::vector<std::string> refused_while_v1;
+  std::thread client([&] {
+    const v1::AttendRequest request = MakeRequest(kSmallModel, 12, kSmallWidth, 3);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!stop.load() && std::chrono::steady_clock::now() < give_up) {
+      v1::AttendResponse response;
+      const grpc::Status status = Attend(request, &response);
+      if (status.ok()) {
+        if (response.model_version() == 1) answered_by_v1.fetch_add(1);
+      } else if (ServingVersion(kSmallModel) == 1) {
+        std::lock_guard<std::mutex> lock(mu);
+        refused_while_v1.push_back(status.error_message());
+      }
+    }
+  });
+  ASSERT_TRUE(Eventually([&] { return answered_by_v1.load() >= 20; }));
+  model::ModelConfig tight = SmallConfig();
+  tight.batching.max_batch_tokens = 8;
+  tight.batching.max_queue_size = 1;
+  ASSERT_TRUE(model::WriteModelFolder(repository() / kSmallModel, tight,
+                                      core::MakeRandomWeights(tight.attention, 77),
+                                      model::WeightNaming::kSeed, model::TensorDtype::kF32)
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return ServingVersion(kSmallModel) == 2; }));
+  stop.store(true);
+  client.join();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(refused_while_v1, ::testing::IsEmpty());
 }
 
 TEST_F(ReloadTest, AddedAndRemovedFoldersComeAndGo) {
