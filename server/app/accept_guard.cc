@@ -19,10 +19,13 @@ namespace {
 
 using Accept4Fn = int (*)(int, sockaddr*, socklen_t*, int);
 
+std::atomic<Accept4Fn> accept_for_testing{nullptr};
+
 // The accept4 this one hides: libc's (or a sanitizer's interceptor, which then calls libc's).
 Accept4Fn NextAccept4() {
   static const Accept4Fn next = reinterpret_cast<Accept4Fn>(dlsym(RTLD_NEXT, "accept4"));
-  return next;
+  const Accept4Fn replaced = accept_for_testing.load(std::memory_order_relaxed);
+  return replaced != nullptr ? replaced : next;
 }
 
 std::atomic<bool> armed{false};
@@ -34,21 +37,35 @@ int spare_fd = -1;  // Guarded by spare_mu: /dev/null, closed only to make room 
 
 int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
+// Set while the spare descriptor is lost: another thread took the number it freed. Every accept4
+// then tries to get it back (one failed open() while the process is still at its limit).
+std::atomic<bool> spare_lost{false};
+
+void ReopenSpareLocked() {
+  if (spare_fd < 0) spare_fd = OpenSpare();
+  spare_lost.store(spare_fd < 0, std::memory_order_relaxed);
+}
+
 // Accepts and closes every connection waiting on `listener`, each through the spare descriptor,
-// until the backlog is empty (accept4 fails, normally with EAGAIN) or the spare is lost to another
-// thread that took the freed number. Returns how many were shed.
+// until the backlog is empty (accept4 fails with EAGAIN, or anything but a connection that was
+// aborted while waiting) or the spare is lost to another thread that took the freed number.
+// Returns how many were shed.
 int64_t ShedWaitingConnections(int listener) {
   std::lock_guard<std::mutex> lock(spare_mu);
+  ReopenSpareLocked();
   int64_t shed = 0;
   while (spare_fd >= 0) {
     close(spare_fd);
+    spare_fd = -1;
     const int connection = NextAccept4()(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    const int error = errno;
     if (connection >= 0) {
       close(connection);
       ++shed;
     }
-    spare_fd = OpenSpare();
-    if (connection < 0) break;
+    ReopenSpareLocked();
+    // A client that gave up while queued leaves ECONNABORTED; the ones behind it still wait.
+    if (connection < 0 && error != ECONNABORTED && error != EINTR) break;
   }
   return shed;
 }
@@ -72,7 +89,7 @@ void WarnAtMostOncePerSecond(int error, int64_t shed) {
 
 absl::Status ArmAcceptGuard() {
   std::lock_guard<std::mutex> lock(spare_mu);
-  if (spare_fd < 0) spare_fd = OpenSpare();
+  ReopenSpareLocked();
   if (spare_fd < 0) {
     return absl::InternalError(
         absl::StrCat("accept guard: cannot open /dev/null as a spare file "
@@ -85,6 +102,10 @@ absl::Status ArmAcceptGuard() {
 
 int64_t ConnectionsShedAtFileLimit() { return shed_total.load(std::memory_order_relaxed); }
 
+void SetWrappedAccept4ForTesting(Accept4Function accept) {
+  accept_for_testing.store(accept, std::memory_order_relaxed);
+}
+
 }  // namespace attnserve::server
 
 // Replaces libc's accept4 for the whole process (the executable's definition comes first in the
@@ -92,9 +113,16 @@ int64_t ConnectionsShedAtFileLimit() { return shed_total.load(std::memory_order_
 extern "C" int accept4(int listener, sockaddr* address, socklen_t* length, int flags) {
   using namespace attnserve::server;  // NOLINT: the extern "C" entry point into this file.
   const int connection = NextAccept4()(listener, address, length, flags);
-  if (connection >= 0 || !armed.load(std::memory_order_acquire)) return connection;
+  if (!armed.load(std::memory_order_acquire)) return connection;
   const int error = errno;
-  if (error != EMFILE && error != ENFILE) return connection;
+  if (spare_lost.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(spare_mu);
+    ReopenSpareLocked();
+  }
+  if (connection >= 0 || (error != EMFILE && error != ENFILE)) {
+    errno = error;  // The reopen may have set it.
+    return connection;
+  }
   const int64_t shed = ShedWaitingConnections(listener);
   shed_total.fetch_add(shed, std::memory_order_relaxed);
   WarnAtMostOncePerSecond(error, shed);

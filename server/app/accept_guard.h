@@ -15,6 +15,8 @@
 #ifndef ATTNSERVE_SERVER_APP_ACCEPT_GUARD_H_
 #define ATTNSERVE_SERVER_APP_ACCEPT_GUARD_H_
 
+#include <sys/socket.h>
+
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -29,6 +31,11 @@ absl::Status ArmAcceptGuard();
 // Connections accepted and closed at once because the process was out of file descriptors,
 // since the process started. Thread-safe.
 int64_t ConnectionsShedAtFileLimit();
+
+// For tests: the accept4 the guard wraps (null: the next one, libc's), to play the kernel's
+// answers. Set before any accept4 call that should see it; not synchronised with them.
+using Accept4Function = int (*)(int listener, sockaddr* address, socklen_t* length, int flags);
+void SetWrappedAccept4ForTesting(Accept4Function accept);
 
 }  // namespace attnserve::server
 
