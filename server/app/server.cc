@@ -69,6 +69,12 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grpc_memory_bytes: expected >= 0 (0 = no quota), got ", options.grpc_memory_bytes));
   }
+  if (options.grpc_stream_window_bytes < (int64_t{64} << 10) ||
+      options.grpc_stream_window_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grpc_stream_window_bytes: expected 65536..1073741824, got ",
+                     options.grpc_stream_window_bytes));
+  }
   if (options.max_queued_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_queued_bytes: expected >= 0 (0 = no limit), got ", options.max_queued_bytes));
@@ -334,6 +340,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(options.handshake_timeout_ms));
+  // Each stream buffers at most its window of a client's uploads while it does not read
+  // (server_options.h says why the window is fixed).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                             static_cast<int>(options.grpc_stream_window_bytes));
   // Constructed here, the quota is shared with the server's channel args and freed with it.
   if (options.grpc_memory_bytes > 0) {
     grpc::ResourceQuota quota("attnserve");

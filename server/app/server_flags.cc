@@ -175,6 +175,11 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "resource quota; 0 = no quota)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--grpc-stream-window-bytes", flags.server.grpc_stream_window_bytes,
+                 "HTTP/2 flow-control window of each stream: the uploads gRPC buffers for a "
+                 "stream that is not reading, and the most a stream moves per round trip")
+      ->check(CLI::Range(int64_t{64} << 10, int64_t{1} << 30))
+      ->capture_default_str();
   app.add_option("--kv-cache-budget-mb", flags.kv_cache_budget_mb,
                  "MiB of KV cache all decoding sessions together may hold (Decode); a step past "
                  "it gets RESOURCE_EXHAUSTED. 0 = 1/8 of the container's memory limit, or of RAM "

@@ -73,6 +73,12 @@ struct ServerOptions {
   // in bytes: its resource quota. Under pressure gRPC shrinks buffers and refuses new streams
   // rather than grow. 0 = gRPC's default (no quota).
   int64_t grpc_memory_bytes = int64_t{512} << 20;
+  // The HTTP/2 flow-control window of each stream, in bytes: how much of a client's uploads gRPC
+  // buffers for a stream that is not reading (a stream paused for a slow reader, above). Fixed:
+  // gRPC's bandwidth-delay probing, which grows windows to what the link carries, is off, since
+  // with it 100 paused streams filled grpc_memory_bytes and gRPC reset streams. A stream then
+  // moves at most this much per round trip (1 MiB: 2 GB/s at 0.5 ms). 64 KiB .. 1 GiB.
+  int64_t grpc_stream_window_bytes = int64_t{1} << 20;
   // How often the allocator's free memory is handed back to the system (memory_trimmer.h), in
   // milliseconds; 0 = never.
   int64_t malloc_trim_interval_ms = 10000;

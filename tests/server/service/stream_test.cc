@@ -454,6 +454,58 @@ TEST_F(StreamTest, AllStreamsTogetherStopReadingAtTheServersUnsentBytesBudget) {
   ExpectAllAnswered({b_requests.begin(), b_requests.begin() + 1}, b_answers);
 }
 
+// Many streams whose clients send everything before reading anything: the streams pause (the
+// servers' unsent-bytes budget), and gRPC buffers at most each stream's window of the uploads
+// meanwhile, far below its memory quota; so no stream is reset (RST_STREAM 11 under quota
+// pressure) and, once the clients read, every message is answered.
+TEST_F(StreamTest, ClientsThatReadLateAreAllAnsweredWithoutAResetStream) {
+  constexpr int kStreams = 16;
+  constexpr int kMessages = 40;
+  constexpr int64_t kLength = 2048;  // 128 KiB of float32 each way per message.
+  constexpr int64_t kMessageBytes = kLength * kSmallWidth * sizeof(float);
+  server::ServerOptions options = TestServerOptions();
+  options.max_streams_unsent_bytes = 4 * kMessageBytes;
+  options.grpc_memory_bytes = 24 << 20;  // Below the 80 MiB the clients send.
+  options.grpc_stream_window_bytes = 256 << 10;
+  options.model_limits.request.max_sequence_length = kLength;
+  Start(options);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::vector<v1::AttendRequest>> requests(kStreams);
+  std::vector<std::unique_ptr<Writer>> writers;
+  for (int s = 0; s < kStreams; ++s) {
+    for (int m = 0; m < kMessages; ++m) {
+      requests[s].push_back(
+          Request(kSmallModel, kLength, 3 * (s * kMessages + m), absl::StrCat(s, "-", m)));
+    }
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(OpenStream(stub(), contexts.back().get()));
+    writers.push_back(std::make_unique<Writer>(streams.back().get(), requests[s],
+                                               /*writes_done=*/true));
+  }
+  // Nobody reads for a while: the uploads pile up against the paused streams.
+  absl::SleepFor(absl::Milliseconds(500));
+  std::vector<std::thread> readers;
+  std::vector<std::map<std::string, v1::AttendResponse>> answers(kStreams);
+  std::vector<grpc::Status> statuses(kStreams);
+  for (int s = 0; s < kStreams; ++s) {
+    readers.emplace_back([&, s] {
+      answers[s] = ReadAll(streams[s].get());
+      statuses[s] = streams[s]->Finish();
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  writers.clear();
+  for (int s = 0; s < kStreams; ++s) {
+    SCOPED_TRACE(s);
+    EXPECT_TRUE(statuses[s].ok()) << StatusText(statuses[s]);
+    EXPECT_EQ(answers[s].size(), requests[s].size());
+    for (const auto& [id, answer] : answers[s]) {
+      EXPECT_FALSE(answer.has_error()) << id << ": " << answer.error().message();
+    }
+  }
+}
+
 TEST_F(StreamTest, DrainClosesAnIdleStreamWithOkAfterAnsweringEverything) {
   Start();
   std::vector<v1::AttendRequest> requests;
