@@ -1,5 +1,6 @@
 #include "core/kv_cache/kv_block_pool.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +19,20 @@ absl::Status Mismatch(const char* field, int64_t expected, int64_t received) {
                    " in the cache, ", received, " in the layer"));
 }
 
+int64_t PageBytes() {
+  static const int64_t page_bytes = sysconf(_SC_PAGESIZE);
+  return page_bytes;
+}
+
 }  // namespace
+
+std::unique_ptr<std::byte, KvBlockPool::Unmap> KvBlockPool::MapArena(size_t bytes) {
+  void* arena = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (arena == MAP_FAILED) throw std::bad_alloc();
+  return std::unique_ptr<std::byte, Unmap>(static_cast<std::byte*>(arena), Unmap{bytes});
+}
+
+void KvBlockPool::Unmap::operator()(std::byte* arena) const { munmap(arena, bytes); }
 
 absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const AttentionConfig& identity,
                                                                  const KvCacheOptions& options) {
@@ -56,7 +70,8 @@ KvBlockPool::KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& 
       element_type_(KvElementTypeFor(identity.compute_type)),
       block_elements_(2 * options.block_tokens * identity.d_model),
       // block_elements_ is even, so a bf16 arena is a whole number of floats.
-      arena_(capacity * static_cast<size_t>(block_bytes()) / sizeof(float)) {
+      arena_(MapArena(capacity * static_cast<size_t>(block_bytes()))),
+      discarded_flags_(capacity, false) {
   free_.reserve(capacity);
   // Highest id at the bottom so block 0 is handed out first.
   for (size_t b = capacity; b-- > 0;) free_.push_back(static_cast<int32_t>(b));
@@ -109,6 +124,10 @@ absl::Status KvBlockPool::Reserve(KvSequence& seq, int64_t new_tokens) {
     free_.pop_back();
     seq.blocks.push_back(block);
     high_water_ = std::max<int64_t>(high_water_, int64_t{block} + 1);
+    if (discarded_flags_[block]) {  // Its pages come back as the forward pass writes them.
+      discarded_flags_[block] = false;
+      --discarded_;
+    }
   }
   touched_ = std::max(touched_, high_water_);
   return absl::OkStatus();
@@ -119,7 +138,7 @@ int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
       std::min({until_block, total_blocks(), touched_ + std::max<int64_t>(0, max_blocks)});
   if (end <= touched_) return 0;
   // One byte per page is enough: the kernel maps and zero-fills the whole page on its first write.
-  static const int64_t page_bytes = sysconf(_SC_PAGESIZE);
+  const int64_t page_bytes = PageBytes();
   volatile std::byte* const begin = Element(static_cast<int32_t>(touched_), 0);
   const int64_t bytes = (end - touched_) * block_bytes();
   for (int64_t offset = 0; offset < bytes; offset += page_bytes) begin[offset] = std::byte{0};
@@ -127,6 +146,21 @@ int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
   const int64_t touched = end - touched_;
   touched_ = end;
   return touched;
+}
+
+int64_t KvBlockPool::DiscardFreeBlocks(int64_t max_blocks) {
+  if (block_bytes() % PageBytes() != 0) return 0;
+  int64_t discarded = 0;
+  // From the bottom of the LIFO: the blocks released longest ago.
+  for (size_t i = 0; i < free_.size() && discarded < max_blocks; ++i) {
+    const int32_t block = free_[i];
+    if (block >= touched_ || discarded_flags_[block]) continue;
+    if (madvise(Element(block, 0), static_cast<size_t>(block_bytes()), MADV_DONTNEED) != 0) break;
+    discarded_flags_[block] = true;
+    ++discarded_;
+    ++discarded;
+  }
+  return discarded;
 }
 
 void KvBlockPool::Trim(KvSequence& seq) {

@@ -34,7 +34,6 @@
 #include "absl/status/statusor.h"
 #include "core/attention_config.h"
 #include "core/kv_cache/kv_element_type.h"
-#include "core/util/aligned_buffer.h"
 
 namespace attnserve::core {
 
@@ -95,6 +94,9 @@ class KvBlockPool {
   // Blocks whose pages have been written: [0, touched_blocks()), handed out or prefaulted.
   // >= high_water_blocks().
   int64_t touched_blocks() const { return touched_; }
+  // Of those, the blocks whose pages are still resident: not given back by DiscardFreeBlocks
+  // since (a block handed out again is resident again).
+  int64_t resident_blocks() const { return touched_ - discarded_; }
   // KvElementTypeFor(identity().compute_type): what keys()/values() hold.
   KvElementType element_type() const { return element_type_; }
   // Elements per block: 2 (K, V) × block_tokens × d_model.
@@ -125,6 +127,13 @@ class KvBlockPool {
   // sequences cross a block boundary together). Returns the blocks touched (0 when there are
   // none). The blocks hold no rows, before or after; blocks handed out are never written. O(pages).
   int64_t Prefault(int64_t until_block, int64_t max_blocks);
+
+  // Gives the pages of up to `max_blocks` resident free blocks back to the system (madvise
+  // MADV_DONTNEED), the least recently released first, so that a pool whose blocks were freed
+  // stops holding memory it does not use (the arena is page-aligned). Their contents are gone; a
+  // block is always written before it is read. Returns the blocks given back; 0 when the blocks
+  // are not a whole number of pages (small models: their pages are shared). O(free blocks).
+  int64_t DiscardFreeBlocks(int64_t max_blocks);
 
   // K (or V) rows of `head` in `block`: block_tokens × head_dim elements of element_type(),
   // token-major.
@@ -161,11 +170,17 @@ class KvBlockPool {
 
  private:
   KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options, size_t capacity);
+  struct Unmap {
+    size_t bytes = 0;
+    void operator()(std::byte* arena) const;
+  };
+  // Throws std::bad_alloc when the mapping fails.
+  static std::unique_ptr<std::byte, Unmap> MapArena(size_t bytes);
   int64_t HeadStride() const { return options_.block_tokens * head_dim(); }
   // Start of the `part`-th head_dim-wide run of `block` (K heads 0..h-1, then V heads).
   std::byte* Element(int32_t block, int64_t part) const {
     const int64_t element = block * block_elements_ + part * HeadStride();
-    return reinterpret_cast<std::byte*>(arena_.data()) + element * ElementBytes(element_type_);
+    return arena_.get() + element * ElementBytes(element_type_);
   }
   int64_t BlocksFor(int64_t tokens) const {
     return (tokens + options_.block_tokens - 1) / options_.block_tokens;
@@ -176,10 +191,14 @@ class KvBlockPool {
   size_t capacity_;
   KvElementType element_type_;
   int64_t block_elements_;
-  AlignedBuffer arena_;        // capacity_ × block_bytes(), viewed as floats or uint16_t.
+  // capacity_ × block_bytes(), viewed as floats or uint16_t: an anonymous mapping, page-aligned,
+  // its pages zero-filled on first touch.
+  std::unique_ptr<std::byte, Unmap> arena_;
   std::vector<int32_t> free_;  // LIFO: the most recently released (cache-warm) block goes first.
   int64_t high_water_ = 0;     // See high_water_blocks().
   int64_t touched_ = 0;        // See touched_blocks().
+  std::vector<bool> discarded_flags_;  // Per block below touched_: its pages were given back.
+  int64_t discarded_ = 0;              // How many flags are set.
 };
 
 }  // namespace attnserve::core

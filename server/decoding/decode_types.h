@@ -122,7 +122,7 @@ absl::Status ValidateDecodeRuntimeOptions(const DecodeRuntimeOptions& options);
 struct DecodeStats {
   int64_t kv_bytes_used = 0;      // Blocks in use, all model versions.
   int64_t kv_bytes_capacity = 0;  // The budget (options.kv.budget_bytes).
-  int64_t kv_bytes_touched = 0;   // Blocks whose pages were written (in use once, or prefaulted).
+  int64_t kv_bytes_touched = 0;   // Blocks whose pages are resident (written, not given back).
   int64_t sessions_open = 0;      // Opened (loading or ready) and not closed.
   std::array<int64_t, kNumCloseReasons> sessions_closed = {};  // By CloseReason.
   int64_t steps_queued = 0;                                    // Accepted steps not yet answered.

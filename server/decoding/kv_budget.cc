@@ -71,7 +71,7 @@ int64_t KvBudget::PrefaultTarget(const core::KvBlockPool& pool) const {
 int64_t KvBudget::TouchedBytes() const {
   int64_t touched = 0;
   for (const auto& [model, entry] : pools_) {
-    touched += entry.pool->touched_blocks() * BlockBytes(*entry.pool);
+    touched += entry.pool->resident_blocks() * BlockBytes(*entry.pool);
   }
   return touched;
 }
@@ -108,6 +108,13 @@ void KvBudget::Refresh() {
     used += (entry.pool->total_blocks() - entry.pool->free_blocks()) * BlockBytes(*entry.pool);
   }
   used_bytes_.store(used, std::memory_order_relaxed);
+  // Blocks in use never pass the budget (Admit), so giving back free pages always gets there.
+  int64_t excess = TouchedBytes() - options_.budget_bytes;
+  for (auto& [model, entry] : pools_) {
+    if (excess <= 0) break;
+    const int64_t block_bytes = BlockBytes(*entry.pool);
+    excess -= entry.pool->DiscardFreeBlocks((excess + block_bytes - 1) / block_bytes) * block_bytes;
+  }
   touched_bytes_.store(TouchedBytes(), std::memory_order_relaxed);
 }
 

@@ -6,7 +6,12 @@
 // destroyed with its last, so a version that a reload replaced gives its memory back as soon as
 // its last session ends. Every pool's arena is allocated with budget_bytes (untouched arena
 // pages cost no memory: blocks are handed out lowest-first and reused LIFO, so the pages touched
-// follow the peak of what was in use); the limit that counts is enforced here, across pools:
+// follow the peak of what was in use). While two versions both have sessions, each pool keeps
+// the pages its freed blocks touched: Refresh gives back the pages of free blocks (the least
+// recently released first, core::KvBlockPool::DiscardFreeBlocks) whenever the resident pages of
+// all pools together pass budget_bytes, so the cache's resident memory is one budget, not one
+// per version (between two Refreshes it may pass by one iteration's growth). The limit that
+// counts is enforced here, across pools:
 // Admit refuses a growth that would take the blocks in use of all pools together past
 // budget_bytes, with ResourceExhausted giving the budget and what is used. So the pools' own
 // Reserve never runs out first, and no growth can exhaust the process's memory.
@@ -78,13 +83,15 @@ class KvBudget {
   // max_bytes (~2.5 µs per 4 KiB page measured on a 2-core VM).
   int64_t Prefault(int64_t max_bytes);
 
-  // Recomputes used_bytes() from the pools (after a forward pass or a release).
+  // Recomputes used_bytes() from the pools (after a forward pass or a release), and gives back
+  // free blocks' pages while the resident pages of all pools pass budget_bytes.
   void Refresh();
 
   // Bytes of blocks in use in all pools, as of the last Refresh/Attach/Detach.
   int64_t used_bytes() const { return used_bytes_.load(std::memory_order_relaxed); }
-  // Bytes of blocks whose pages have been written in all pools (handed out at least once, or
-  // prefaulted): what the cache holds of the resident set, as of the last Refresh/Detach/Prefault.
+  // Bytes of blocks whose pages are resident in all pools (handed out at least once, or
+  // prefaulted, and not given back since): what the cache holds of the resident set, as of the
+  // last Refresh/Detach/Prefault.
   int64_t touched_bytes() const { return touched_bytes_.load(std::memory_order_relaxed); }
   int64_t capacity_bytes() const { return options_.budget_bytes; }
   // Model versions that have a pool.

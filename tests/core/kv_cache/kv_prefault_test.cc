@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -35,9 +36,7 @@ struct PageCount {
   int64_t total = 0;
 };
 
-// The pages wholly inside [data, data + bytes), and how many of them the kernel has mapped. (The
-// arena is only 64-byte aligned, so a block's first and last pages may be shared with its
-// neighbours.)
+// The pages wholly inside [data, data + bytes), and how many of them the kernel has mapped.
 PageCount PagesInside(const void* data, int64_t bytes) {
   const uintptr_t page = sysconf(_SC_PAGESIZE);
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
@@ -148,6 +147,53 @@ TEST(KvPrefaultTest, PrefaultLeavesTheRowsOfBlocksInUseAlone) {
       }
     }
   }
+}
+
+// Free blocks give their pages back (the least recently released first); blocks in use, and
+// their rows, are left alone; a discarded block handed out again holds what is written to it.
+TEST(KvPrefaultTest, DiscardGivesBackThePagesOfFreeBlocksOnly) {
+  auto pool = KvBlockPool::Create(kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  KvBlockPool& p = **pool;
+  KvSequence kept, freed;
+  ASSERT_TRUE(AppendTokens(p, kept, 16 * 8).ok());    // Blocks 0..7.
+  ASSERT_TRUE(AppendTokens(p, freed, 16 * 24).ok());  // Blocks 8..31.
+  std::vector<float> k(512), v(512);  // The kept sequence's rows, written one by one.
+  for (int64_t t = 0; t < kept.length; ++t) {
+    for (int64_t c = 0; c < 512; ++c) {
+      k[c] = static_cast<float>(t) + 0.001f * c;
+      v[c] = -k[c];
+    }
+    KvSequence at = kept;
+    at.length = t;
+    p.Write(at, 1, k.data(), 512, v.data(), 512);
+  }
+  // Touch the freed blocks' pages, then free them.
+  for (int64_t b = 8; b < 32; ++b) {
+    std::memset(const_cast<void*>(p.key_data(static_cast<int32_t>(b), 0)), 1, kWideBlockBytes);
+  }
+  p.Release(freed);
+  EXPECT_EQ(p.resident_blocks(), 32);
+  EXPECT_EQ(PagesOfBlocks(p, 8, 32).resident, PagesOfBlocks(p, 8, 32).total);
+
+  EXPECT_EQ(p.DiscardFreeBlocks(10), 10);
+  EXPECT_EQ(p.resident_blocks(), 22);
+  EXPECT_EQ(p.DiscardFreeBlocks(100), 14);  // Only the touched free ones.
+  EXPECT_EQ(p.resident_blocks(), 8);
+  EXPECT_EQ(p.DiscardFreeBlocks(100), 0);
+  EXPECT_EQ(PagesOfBlocks(p, 8, 32).resident, 0);
+  const PageCount in_use = PagesOfBlocks(p, 0, 8);
+  EXPECT_EQ(in_use.resident, in_use.total);
+  for (int64_t t = 0; t < kept.length; ++t) {
+    ASSERT_EQ(p.keys(kept.blocks[t / 16], 0)[(t % 16) * 64 + 3], static_cast<float>(t) + 0.003f);
+  }
+
+  // Handed out again, a discarded block counts as resident and holds its new rows.
+  KvSequence again;
+  ASSERT_TRUE(p.Reserve(again, 16).ok());
+  EXPECT_EQ(p.resident_blocks(), 9);
+  p.Write(again, 1, k.data(), 512, v.data(), 512);
+  EXPECT_EQ(p.keys(again.blocks[0], 0)[3], k[3]);
 }
 
 }  // namespace

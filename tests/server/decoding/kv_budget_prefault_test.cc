@@ -102,6 +102,35 @@ TEST(KvBudgetPrefaultTest, TouchedPagesOfAllPoolsStayWithinTheBudget) {
   EXPECT_EQ((*pool2)->touched_blocks(), 10);
 }
 
+// Two versions with sessions: the first one's freed blocks give their pages back as the second
+// one grows, so the resident pages of both pools together stay one budget (not one each).
+TEST(KvBudgetPrefaultTest, ResidentPagesOfTwoVersionsStayWithinOneBudget) {
+  const TestModel v1 = MakeModel("m", 1, 1);
+  const TestModel v2 = MakeModel("m", 2, 2);
+  KvBudget budget({.budget_bytes = 8 * kBlockBytes, .prefault_ahead_bytes = 0});
+  absl::StatusOr<core::KvBlockPool*> pool1 = budget.Attach(*v1.model);
+  ASSERT_TRUE(pool1.ok()) << pool1.status();
+  ASSERT_TRUE(budget.Attach(*v1.model).ok());  // A second session on v1.
+  core::KvSequence kept, freed;
+  Grow(budget, **pool1, kept, 16);       // 1 block.
+  Grow(budget, **pool1, freed, 7 * 16);  // 7 blocks.
+  budget.Detach(*v1.model, freed);       // Its session ends; the other keeps v1's pool.
+  EXPECT_EQ(budget.used_bytes(), kBlockBytes);
+  EXPECT_EQ(budget.touched_bytes(), 8 * kBlockBytes);  // Within the budget: nothing given back.
+
+  absl::StatusOr<core::KvBlockPool*> pool2 = budget.Attach(*v2.model);
+  ASSERT_TRUE(pool2.ok()) << pool2.status();
+  core::KvSequence grown;
+  Grow(budget, **pool2, grown, 7 * 16);
+  EXPECT_EQ(budget.used_bytes(), 8 * kBlockBytes);
+  EXPECT_EQ(budget.touched_bytes(), 8 * kBlockBytes);
+  EXPECT_EQ((*pool1)->resident_blocks(), 1);
+  EXPECT_EQ((*pool2)->resident_blocks(), 7);
+  budget.Detach(*v2.model, grown);
+  budget.Detach(*v1.model, kept);
+  EXPECT_EQ(budget.touched_bytes(), 0);
+}
+
 TEST(KvBudgetPrefaultTest, NothingAheadWhenTurnedOff) {
   const TestModel m = MakeModel("m", 1, 1);
   KvBudget budget({.budget_bytes = 64 * kBlockBytes, .prefault_ahead_bytes = 0});
