@@ -6,10 +6,13 @@
 //
 // Errors keep the server's gRPC code (absl::StatusCode has the same numbers) and message.
 // Retries: calls answered UNAVAILABLE (server draining, or no connection), RESOURCE_EXHAUSTED
-// (a model's queue is full) or CANCELLED by the server (gRPC cancels the calls it has not started
-// when a draining server shuts down; a call this client cancels is never retried) are retried by
-// gRPC's retry policy, with exponential backoff and
-// ±20 % jitter, up to ClientOptions::max_attempts attempts within the call's deadline. Every call
+// (a model's queue is full; a request too large for any queue is INVALID_ARGUMENT, never
+// retried) or CANCELLED by the server (gRPC cancels the calls it has not started when a
+// server shuts down; a call this client cancels is never retried) are retried by gRPC's retry
+// policy, with exponential backoff and
+// ±20 % jitter, up to ClientOptions::max_attempts attempts within the call's deadline (a policy
+// sees codes only: a request over the server's --max-message-bytes, which gRPC answers
+// RESOURCE_EXHAUSTED, is sent max_attempts times before it fails). Every call
 // of the service is idempotent (attention is a pure function of the request), so a retry can
 // never do harm; a stream is retried only until its first answer arrives.
 //
