@@ -101,7 +101,7 @@ absl::StatusOr<InferResult> ReadModelInferResponse(const inference::ModelInferRe
                                               ")"));
     }
     result.output.data.resize(raw.size() / sizeof(float));
-    std::memcpy(result.output.data.data(), raw.data(), raw.size());
+    if (!raw.empty()) std::memcpy(result.output.data.data(), raw.data(), raw.size());
   } else {
     const auto& values = tensor.contents().fp32_contents();
     const std::optional<int64_t> count = CheckedSize(shape, 1);

@@ -460,13 +460,13 @@ TEST_F(StreamTest, AllStreamsTogetherStopReadingAtTheServersUnsentBytesBudget) {
 // pressure) and, once the clients read, every message is answered.
 TEST_F(StreamTest, ClientsThatReadLateAreAllAnsweredWithoutAResetStream) {
   constexpr int kStreams = 16;
-  constexpr int kMessages = 40;
-  constexpr int64_t kLength = 2048;  // 128 KiB of float32 each way per message.
+  constexpr int kMessages = 32;
+  constexpr int64_t kLength = 1024;  // 64 KiB of float32 each way per message.
   constexpr int64_t kMessageBytes = kLength * kSmallWidth * sizeof(float);
   server::ServerOptions options = TestServerOptions();
   options.max_streams_unsent_bytes = 4 * kMessageBytes;
-  options.grpc_memory_bytes = 24 << 20;  // Below the 80 MiB the clients send.
-  options.grpc_stream_window_bytes = 256 << 10;
+  options.grpc_memory_bytes = 12 << 20;  // Below the 32 MiB the clients send.
+  options.grpc_stream_window_bytes = 128 << 10;
   options.model_limits.request.max_sequence_length = kLength;
   Start(options);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
