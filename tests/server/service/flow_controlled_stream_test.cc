@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "server/service/open_calls.h"
 #include "server/service/stream_registry.h"
+#include "tests/server/service/raw_stream.h"
 
 namespace attnserve::server {
 namespace {
@@ -94,31 +95,16 @@ TEST(FlowControlledStreamTest, AMessageReadAfterADrainFinishedTheStreamIsNotAcce
   auto channel =
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
-  grpc::CompletionQueue queue;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      stub.PrepareCall(&context, "/test.Echo/Stream", &queue);
-  int step = 0;
-  auto await = [&] {
-    void* tag = nullptr;
-    bool ok = false;
-    EXPECT_TRUE(queue.Next(&tag, &ok));
-    EXPECT_EQ(tag, reinterpret_cast<void*>(static_cast<intptr_t>(step)));
-    return ok;
-  };
-  auto next_tag = [&] { return reinterpret_cast<void*>(static_cast<intptr_t>(++step)); };
-  call->StartCall(next_tag());
-  ASSERT_TRUE(await());
-  call->Write(Bytes("hello"), next_tag());
-  ASSERT_TRUE(await());
-  grpc::ByteBuffer answer;
-  call->Read(&answer, next_tag());
-  EXPECT_FALSE(await());  // Finished without an answer: the message was not accepted.
-  grpc::Status status;
-  call->Finish(&status, next_tag());
-  ASSERT_TRUE(await());
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  {
+    testing::RawStream call(stub, "/test.Echo/Stream");
+    ASSERT_TRUE(call.started());
+    ASSERT_TRUE(call.Write(Bytes("hello")));
+    grpc::ByteBuffer answer;
+    // Finished without an answer: the message was not accepted.
+    EXPECT_FALSE(call.Read(&answer));
+    const grpc::Status status = call.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  }
   EXPECT_EQ(record.accepted.load(), 0);
 
   {
@@ -127,11 +113,6 @@ TEST(FlowControlledStreamTest, AMessageReadAfterADrainFinishedTheStreamIsNotAcce
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   EXPECT_EQ(streams.Count(), 0);
-  queue.Shutdown();
-  void* tag;
-  bool ok;
-  while (queue.Next(&tag, &ok)) {
-  }
 }
 
 }  // namespace

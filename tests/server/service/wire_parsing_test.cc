@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "server/service/wire_messages.h"
 #include "tests/server/metrics/exposition.h"
+#include "tests/server/service/raw_stream.h"
 #include "tests/server/service/server_test_support.h"
 
 namespace attnserve::testing {
@@ -42,59 +43,6 @@ v1::AttendResponse Parse(const grpc::ByteBuffer& bytes) {
   EXPECT_TRUE(server::ParseWireMessage(bytes, "response", &response).ok());
   return response;
 }
-
-// A raw bidi call on `method` through the generic stub, one operation at a time, each waited for
-// (its tag is its step number).
-class RawStream {
- public:
-  RawStream(grpc::GenericStub& stub, const char* method)
-      : call_(stub.PrepareCall(&context_, method, &queue_)) {
-    call_->StartCall(NextTag());
-    started_ = Await();
-  }
-  ~RawStream() {
-    queue_.Shutdown();
-    void* tag;
-    bool ok;
-    while (queue_.Next(&tag, &ok)) {
-    }
-  }
-  bool started() const { return started_; }
-  bool Write(const grpc::ByteBuffer& bytes) {
-    call_->Write(bytes, NextTag());
-    return Await();
-  }
-  bool Read(grpc::ByteBuffer* bytes) {
-    call_->Read(bytes, NextTag());
-    return Await();
-  }
-  bool WritesDone() {
-    call_->WritesDone(NextTag());
-    return Await();
-  }
-  grpc::Status Finish() {
-    grpc::Status status;
-    call_->Finish(&status, NextTag());
-    EXPECT_TRUE(Await());
-    return status;
-  }
-
- private:
-  void* NextTag() { return reinterpret_cast<void*>(static_cast<intptr_t>(++step_)); }
-  bool Await() {
-    void* tag = nullptr;
-    bool ok = false;
-    EXPECT_TRUE(queue_.Next(&tag, &ok));
-    EXPECT_EQ(tag, reinterpret_cast<void*>(static_cast<intptr_t>(step_)));
-    return ok;
-  }
-
-  grpc::CompletionQueue queue_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
-  int step_ = 0;
-  bool started_ = false;
-};
 
 class WireParsingTest : public ServerTest {};
 
