@@ -20,7 +20,7 @@ bool DrainGate::HoldIfDraining(Refusal& refusal) {
       return true;
     }
   }
-  std::move(refusal)(DrainingError());
+  refusal(DrainingError());
   return true;
 }
 
@@ -34,7 +34,7 @@ void DrainGate::Release() {
   const absl::Status status = DrainingError();
   for (Refusal& refusal : held) {
     open_calls_->UnmarkHeld();
-    std::move(refusal)(status);
+    refusal(status);
   }
 }
 

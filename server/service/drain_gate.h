@@ -15,10 +15,10 @@
 #define ATTNSERVE_SERVER_SERVICE_DRAIN_GATE_H_
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <vector>
 
-#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "server/service/open_calls.h"
 
@@ -30,8 +30,11 @@ absl::Status DrainingError();
 class DrainGate {
  public:
   // Answers a refused call with the status it is given (DrainingError()). Runs exactly once, on
-  // the thread that calls Release (or HoldIfDraining, once released).
-  using Refusal = absl::AnyInvocable<void(const absl::Status& status) &&>;
+  // the thread that calls Release (or HoldIfDraining, once released). A std::function, not an
+  // absl::AnyInvocable: instantiating AnyInvocable's inline manager in our binaries would
+  // interpose it on libgrpc's own (its thread pool queues AnyInvocables), and ThreadSanitizer,
+  // seeing that copy instrumented but not libgrpc's locking, would report races inside gRPC.
+  using Refusal = std::function<void(const absl::Status& status)>;
 
   // `open_calls` must outlive the gate.
   explicit DrainGate(OpenCalls* open_calls) : open_calls_(open_calls) {}
