@@ -47,7 +47,11 @@ for stage in "${stages[@]}"; do
       # UBSan's vptr check on a shared_ptr control block released inside libgrpc misses its type
       # cache, and the runtime's probe of the vtable's memory (sanitizer_common's
       # IsAccessibleMemoryRange writes it to a pipe) cannot open a pipe, so it reports "invalid
-      # vptr ... memory cannot be printed" on a valid object. A false report, not a bug here. ReplicasTest (three servers killed and restarted under load) is a fail-over
+      # vptr ... memory cannot be printed" on a valid object. A false report, not a bug here: the
+      # same report names spdlog's default logger, which is alive, when accept_guard_test logged
+      # with no descriptor free. GCC's libubsan takes no suppressions (a missing suppressions file
+      # is not even an error), so the test cannot run here with the report silenced.
+      # ReplicasTest (three servers killed and restarted under load) is a fail-over
       # test of processes, timed for release builds: it too stays with the release stage.
       ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:strict_string_checks=1" \
       UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
