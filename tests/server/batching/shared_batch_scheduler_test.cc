@@ -75,6 +75,13 @@ std::unique_ptr<TestTask> MakeTask(int id, int64_t sequences = 1, int64_t tokens
   return task;
 }
 
+// A one-sequence, one-token task holding `bytes` of the queues' byte budgets.
+std::unique_ptr<TestTask> SizedTask(int id, int64_t bytes) {
+  auto task = MakeTask(id);
+  task->num_bytes = bytes;
+  return task;
+}
+
 // What process_batch received, without the tasks.
 struct RecordedBatch {
   std::vector<int> ids;
@@ -760,22 +767,17 @@ TEST(SharedBatchSchedulerSharingTest, QueuedBytesAreBoundedAcrossQueues) {
                                recorder.DropFn());
   auto b = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
                                recorder.DropFn());
-  auto sized = [](int id, int64_t bytes) {
-    auto task = MakeTask(id);
-    task->num_bytes = bytes;
-    return task;
-  };
-  auto first = sized(1, 600);
+  auto first = SizedTask(1, 600);
   ASSERT_TRUE(a->Schedule(&first).ok());
   // Admissible until t = 10 us: a batch thread must not drop it (and free its bytes) before the
   // refusal below is checked.
-  auto doomed = sized(2, 400);
+  auto doomed = SizedTask(2, 400);
   doomed->deadline_us = 10;
   ASSERT_TRUE(b->Schedule(&doomed).ok());  // Exactly at the budget.
   EXPECT_EQ(scheduler.QueuedBytes(), 1000);
 
   // Over the budget: refused at once, naming the limit, the bytes queued and the task's.
-  auto over = sized(3, 1);
+  auto over = SizedTask(3, 1);
   const absl::Status refused = a->Schedule(&over);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.message(), AllOf(HasSubstr("max_queued_bytes (1000)"),
@@ -807,26 +809,21 @@ TEST(SharedBatchSchedulerSharingTest, ATaskLargerThanAByteLimitIsInvalid) {
                                    recorder.ProcessFn(), recorder.DropFn());
   auto unlimited = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
                                        recorder.DropFn());
-  auto sized = [](int id, int64_t bytes) {
-    auto task = MakeTask(id);
-    task->num_bytes = bytes;
-    return task;
-  };
-  auto over_queue = sized(1, 501);
+  auto over_queue = SizedTask(1, 501);
   absl::Status refused = queue->Schedule(&over_queue);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(),
               AllOf(HasSubstr("501 bytes"), HasSubstr("this queue's max_queued_bytes (500)")));
   ASSERT_NE(over_queue, nullptr);  // Still the caller's.
 
-  auto over_server = sized(2, 1001);
+  auto over_server = SizedTask(2, 1001);
   refused = unlimited->Schedule(&over_server);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(),
               AllOf(HasSubstr("1001 bytes"), HasSubstr("the server's max_queued_bytes (1000)")));
 
   // Exactly at a limit fits.
-  auto at_limit = sized(3, 500);
+  auto at_limit = SizedTask(3, 500);
   EXPECT_TRUE(queue->Schedule(&at_limit).ok());
   EXPECT_EQ(scheduler.QueuedBytes(), 500);
   queue->Drain();
@@ -842,14 +839,9 @@ TEST(SharedBatchSchedulerSharingTest, AQueuesBytesAreBoundedByItsOwnLimit) {
                                      recorder.ProcessFn(), recorder.DropFn());
   auto other = *scheduler.AddQueue({.max_queue_delay_us = kLongDelayUs}, recorder.ProcessFn(),
                                    recorder.DropFn());
-  auto sized = [](int id, int64_t bytes) {
-    auto task = MakeTask(id);
-    task->num_bytes = bytes;
-    return task;
-  };
-  auto first = sized(1, 600);
+  auto first = SizedTask(1, 600);
   ASSERT_TRUE(flooded->Schedule(&first).ok());
-  auto second = sized(2, 200);
+  auto second = SizedTask(2, 200);
   const absl::Status refused = flooded->Schedule(&second);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.message(),
@@ -866,7 +858,7 @@ TEST(SharedBatchSchedulerSharingTest, AQueuesBytesAreBoundedByItsOwnLimit) {
   // Raising the limit (a config reload) admits it; 0 means no per-queue limit.
   ASSERT_TRUE(
       flooded->UpdateOptions({.max_queue_delay_us = kLongDelayUs, .max_queued_bytes = 0}).ok());
-  auto big = sized(3, 5'000);
+  auto big = SizedTask(3, 5'000);
   ASSERT_TRUE(flooded->Schedule(&big).ok());
   EXPECT_EQ(flooded->QueuedBytes(), 5'600);
   flooded->Drain();
