@@ -1,5 +1,6 @@
 #include "server/service/attend_stream_reactor.h"
 
+#include <string_view>
 #include <utility>
 
 #include "server/conversion/attnserve_v1/conversion.h"
@@ -14,16 +15,15 @@ grpc::StatusCode ErrorCodeOf(const v1::AttendResponse& response) {
                               : grpc::StatusCode::OK;
 }
 
-// `response` as bytes to write; an in-band Internal error in its place if it cannot be
-// serialised (over protobuf's 2 GiB), so the message still gets an answer.
-grpc::ByteBuffer Serialized(const v1::AttendResponse& response) {
+// An in-band error answer (ErrorStatus) for a message that failed with `status`.
+grpc::ByteBuffer ErrorAnswer(std::string_view model, std::string_view request_id,
+                             const absl::Status& status, RequestMeter& meter) {
+  v1::AttendResponse response;
+  FillErrorResponse(model, request_id, status, &response);
+  meter.Record(ErrorCodeOf(response));
   grpc::ByteBuffer bytes;
-  absl::Status status = SerializeWireMessage(response, &bytes);
-  if (!status.ok()) {
-    v1::AttendResponse error;
-    FillErrorResponse(response.model(), response.request_id(), status, &error);
-    status = SerializeWireMessage(error, &bytes);
-  }
+  // Cannot fail: an error answer is a few hundred bytes (ToGrpcStatus bounds the message).
+  SerializeWireMessage(response, &bytes).IgnoreError();
   return bytes;
 }
 
@@ -55,26 +55,26 @@ void AttendStreamReactor::OnMessage(grpc::ByteBuffer* bytes) {
           : submitter_->Submit(
                 message, context_,
                 [this, meter](const AttendWork& work, absl::StatusOr<AttendResult> result) mutable {
-                  v1::AttendResponse response;
-                  absl::Status filled =
-                      result.ok() ? FillAttendResponse(work, *result, &response) : result.status();
-                  if (!filled.ok()) {
-                    LogFailure(work.model->name, work.request_id, filled);
-                    FillErrorResponse(work.model->name, work.request_id, filled, &response);
+                  grpc::ByteBuffer answer;
+                  const absl::Status answered =
+                      result.ok() ? SerializeAttendResponse(work, *result, &answer)
+                                  : result.status();
+                  if (answered.ok()) {
+                    meter.Record(grpc::StatusCode::OK);
+                  } else {
+                    LogFailure(work.model->name, work.request_id, answered);
+                    answer = ErrorAnswer(work.model->name, work.request_id, answered, meter);
                   }
-                  meter.Record(ErrorCodeOf(response));
-                  Answer(Serialized(response), work.response_bytes());
+                  Answer(std::move(answer), work.response_bytes());
                 },
                 &reserved);
   if (scheduled.ok()) {
     Reserve(reserved);  // Until its answer replaces it (which may have happened already).
     return;
   }
-  v1::AttendResponse response;
-  FillErrorResponse(parsed.ok() ? message.model() : "", parsed.ok() ? message.request_id() : "",
-                    scheduled, &response);
-  meter.Record(ErrorCodeOf(response));
-  Answer(Serialized(response), /*reserved_bytes=*/0);
+  Answer(ErrorAnswer(parsed.ok() ? message.model() : "", parsed.ok() ? message.request_id() : "",
+                     scheduled, meter),
+         /*reserved_bytes=*/0);
 }
 
 }  // namespace attnserve::server

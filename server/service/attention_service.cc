@@ -93,9 +93,11 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
   if (DrainGate::Refusal refusal = reactor->Refusal(); submitter_.HoldIfDraining(refusal)) {
     return reactor;
   }
-  reactor->set_wire_response(response_bytes);
+  // The answer is serialised into gRPC's response bytes straight from the result (one copy of its
+  // floats), not through reactor->response().
   absl::Status scheduled = submitter_.Submit(
-      request, context, [reactor](const AttendWork& work, absl::StatusOr<AttendResult> result) {
+      request, context,
+      [reactor, response_bytes](const AttendWork& work, absl::StatusOr<AttendResult> result) {
         if (!result.ok()) {
           LogFailure(work.model->name, work.request_id, result.status());
           reactor->FinishCall(ToGrpcStatus(result.status()));
@@ -106,7 +108,7 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
             "compute_us={} batch_sequences={}",
             work.model->name, work.request_id, work.sequences(), work.tokens(),
             result->timing.queue_us, result->timing.compute_us, result->timing.batch_sequences);
-        reactor->FinishCall(ToGrpcStatus(FillAttendResponse(work, *result, &reactor->response())));
+        reactor->FinishCall(ToGrpcStatus(SerializeAttendResponse(work, *result, response_bytes)));
       });
   if (!scheduled.ok()) {
     spdlog::debug("Attend model={} request_id={} rejected: {}", EchoForMessage(request.model()),

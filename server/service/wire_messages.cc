@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/conversion/attnserve_v1/response_encoder.h"
 
 namespace attnserve::server {
 
@@ -37,6 +38,16 @@ absl::Status SerializeWireMessage(const google::protobuf::Message& message,
   if (!message.SerializeToZeroCopyStream(&writer)) {
     return absl::InternalError(absl::StrCat("cannot serialise a ", message.GetTypeName()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SerializeAttendResponse(const AttendWork& work, const AttendResult& result,
+                                     grpc::ByteBuffer* bytes) {
+  absl::StatusOr<AttendResponseEncoder> encoder = AttendResponseEncoder::Create(work, result);
+  if (!encoder.ok()) return encoder.status();
+  grpc::Slice slice(encoder->size());  // Uninitialised; EncodeTo writes every byte.
+  encoder->EncodeTo(reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin())));
+  *bytes = grpc::ByteBuffer(&slice, 1);  // Takes a reference: no copy.
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "google/protobuf/message.h"
+#include "server/runtime/attend_work.h"
 
 namespace attnserve::server {
 
@@ -26,6 +27,12 @@ absl::Status ParseWireMessage(const grpc::ByteBuffer& bytes, std::string_view wh
 // (a message over 2 GiB).
 absl::Status SerializeWireMessage(const google::protobuf::Message& message,
                                   grpc::ByteBuffer* bytes);
+
+// Serialises the attnserve.v1 AttendResponse answering `work` into `bytes` (replacing what they
+// held) as one slice, encoded straight from `result` (AttendResponseEncoder): the answer's floats
+// are copied once. Internal if `result` does not fit `work` (as FillAttendResponse).
+absl::Status SerializeAttendResponse(const AttendWork& work, const AttendResult& result,
+                                     grpc::ByteBuffer* bytes);
 
 }  // namespace attnserve::server
 

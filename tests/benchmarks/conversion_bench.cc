@@ -3,8 +3,10 @@
 //   *Request:  request bytes -> protobuf message -> AttendWork (ParseAttendRequest for
 //              attnserve.v1 Attend; ParseModelInferRequest for the Open Inference Protocol)
 //   *Response: AttendResult -> response message -> response bytes
-// ModelInfer's cost beyond Attend's, measured apart from the load generator, gRPC and a busy
-// machine (issue 20's throughput target). Arguments: T (query rows).
+//   BM_V1ResponseEncoded: AttendResult -> response bytes (AttendResponseEncoder, what Attend and
+//              AttendStream answer with), into an uninitialised buffer as gRPC's slice is
+// ModelInfer's cost beyond Attend's, and the encoder's against the message path, measured apart
+// from the load generator, gRPC and a busy machine. Arguments: T (query rows).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include "core/model/model.h"
 #include "inference/grpc_predict_v2.pb.h"
 #include "server/conversion/attnserve_v1/conversion.h"
+#include "server/conversion/attnserve_v1/response_encoder.h"
 #include "server/conversion/oip/oip_conversion.h"
 
 namespace attnserve {
@@ -122,6 +125,19 @@ void BM_V1Response(benchmark::State& state) {
   }
 }
 
+void BM_V1ResponseEncoded(benchmark::State& state) {
+  const Answered answered = Answer(state.range(0));
+  for (auto _ : state) {
+    absl::StatusOr<server::AttendResponseEncoder> encoder =
+        server::AttendResponseEncoder::Create(answered.work, answered.result);
+    Check(encoder.status(), state);
+    if (!encoder.ok()) break;
+    std::unique_ptr<char[]> bytes(new char[encoder->size()]);
+    encoder->EncodeTo(bytes.get());
+    benchmark::DoNotOptimize(bytes.get());
+  }
+}
+
 void BM_OipResponse(benchmark::State& state) {
   const Answered answered = Answer(state.range(0));
   for (auto _ : state) {
@@ -136,6 +152,7 @@ void BM_OipResponse(benchmark::State& state) {
 BENCHMARK(BM_V1Request)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OipRequest)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_V1Response)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_V1ResponseEncoded)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OipResponse)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.pb.h"
 #include "core/util/float_format.h"
+#include "server/runtime/attend_work.h"
 
 namespace attnserve::server::conversion_internal {
 
@@ -56,6 +57,33 @@ absl::Status CheckOutputDtype(const std::string& name, bool raw_output, int dtyp
 // InvalidArgument naming the field (or element), the expected and the received value.
 absl::StatusOr<std::vector<float>> DecodeRows(const std::string& name, const v1::Tensor& tensor,
                                               int64_t width, const std::string& width_name);
+
+// The answer to `work`, shared by FillAttendResponse and AttendResponseEncoder (both in
+// conversion_response.cc and response_encoder.cc):
+
+// The encoding of the answer's tensors: raw_output_format in raw, float32 in values.
+FloatFormat AnswerFormat(const AttendWork& work);
+
+// OK when `work`'s shape is self-consistent and `result` has the sizes it implies (Internal
+// otherwise), so that the writers below stay in bounds and no size they compute overflows.
+absl::Status CheckResultShape(const AttendWork& work, const AttendResult& result);
+
+// Whether no sequence of `work` is padded: the packed result is then the answer as it is.
+bool Unpadded(const AttendWork& work);
+
+// The answer's shapes: output [T, d] or [B, T, d]; weights [h, T, S] or [B, h, T, S].
+std::vector<int64_t> OutputShape(const AttendWork& work);
+std::vector<int64_t> WeightsShape(const AttendWork& work);
+int64_t ElementCount(std::span<const int64_t> shape);
+
+// Write the packed result rows into `destination`, the whole padded tensor in AnswerFormat
+// (ElementCount(shape) elements), whose padding the caller has zeroed. CheckResultShape first.
+void WritePaddedOutput(const AttendWork& work, const AttendResult& result, char* destination);
+void WritePaddedWeights(const AttendWork& work, const AttendResult& result, char* destination);
+
+// Sets model, model_version, request_id and timing.
+void FillAnswerFields(const AttendWork& work, const AttendResult& result,
+                      v1::AttendResponse* response);
 
 // Sets `tensor`'s values (raw_output false) or raw bytes encoded as raw_format to `source`.
 void AssignFloats(std::span<const float> source, bool raw_output, FloatFormat raw_format,

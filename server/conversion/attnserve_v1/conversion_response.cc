@@ -22,13 +22,11 @@ namespace attnserve::server {
 namespace {
 
 using ::attnserve::CheckedProduct;
+using conversion_internal::AnswerFormat;
+using conversion_internal::CheckResultShape;
 using conversion_internal::Internal;
 using conversion_internal::kFloatBytes;
-
-// The encoding of the answer's tensors: raw_output_format in raw, float32 in values.
-FloatFormat AnswerFormat(const AttendWork& work) {
-  return work.raw_output ? work.raw_output_format : FloatFormat::kFloat32;
-}
+using conversion_internal::Unpadded;
 
 // Bytes for `count` zeroed elements in `tensor`: raw (with its dtype set) or values.
 char* AllocateFloats(v1::Tensor* tensor, int64_t count, const AttendWork& work) {
@@ -41,6 +39,109 @@ char* AllocateFloats(v1::Tensor* tensor, int64_t count, const AttendWork& work) 
   google::protobuf::RepeatedField<float>* values = tensor->mutable_values();
   values->Resize(static_cast<int>(count), 0.0f);
   return reinterpret_cast<char*>(values->mutable_data());
+}
+
+void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
+  tensor->Clear();
+  for (int64_t dim : conversion_internal::OutputShape(work)) tensor->add_shape(dim);
+  if (Unpadded(work)) {
+    conversion_internal::AssignFloats(result.output, work.raw_output, work.raw_output_format,
+                                      tensor);
+    return;
+  }
+  char* destination = AllocateFloats(
+      tensor, conversion_internal::ElementCount(conversion_internal::OutputShape(work)), work);
+  conversion_internal::WritePaddedOutput(work, result, destination);
+}
+
+void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
+  tensor->Clear();
+  for (int64_t dim : conversion_internal::WeightsShape(work)) tensor->add_shape(dim);
+  if (Unpadded(work)) {
+    conversion_internal::AssignFloats(result.weights, work.raw_output, work.raw_output_format,
+                                      tensor);
+    return;
+  }
+  char* destination = AllocateFloats(
+      tensor, conversion_internal::ElementCount(conversion_internal::WeightsShape(work)), work);
+  conversion_internal::WritePaddedWeights(work, result, destination);
+}
+
+int32_t SaturatedInt32(int64_t value) {
+  return static_cast<int32_t>(std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(),
+                                                  std::numeric_limits<int32_t>::max()));
+}
+
+}  // namespace
+
+absl::Status FillAttendResponse(const AttendWork& work, const AttendResult& result,
+                                v1::AttendResponse* response) {
+  if (auto s = CheckResultShape(work, result); !s.ok()) return s;
+  FillOutput(work, result, response->mutable_output());
+  if (work.return_weights) {
+    FillWeights(work, result, response->mutable_weights());
+  } else {
+    response->clear_weights();
+  }
+  conversion_internal::FillAnswerFields(work, result, response);
+  return absl::OkStatus();
+}
+
+void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is_default,
+                   v1::ModelInfo* info) {
+  const core::AttentionConfig& config = model.config.attention;
+  info->Clear();
+  info->set_name(model.name);
+  info->set_d_model(SaturatedInt32(config.d_model));
+  info->set_num_heads(SaturatedInt32(config.num_heads));
+  info->set_variant(std::string(core::VariantName(config.variant)));
+  info->set_bias(config.bias);
+  info->set_dtype(std::string(core::ComputeTypeName(config.compute_type)));
+  info->set_parameter_count(config.ParameterCount());
+  v1::BatchingLimits* batching = info->mutable_batching();
+  batching->set_max_batch_sequences(limits.batching.max_batch_sequences);
+  batching->set_max_batch_tokens(limits.batching.max_batch_tokens);
+  batching->set_max_queue_delay_us(limits.batching.max_queue_delay_us);
+  batching->set_max_queue_size(limits.batching.max_queue_size);
+  batching->set_max_queued_bytes(limits.batching.max_queued_bytes);
+  info->set_max_sequence_length(limits.request.max_sequence_length);
+  info->set_version(model.version);
+  info->set_source(model.source);
+  info->set_is_default(is_default);
+}
+
+void FillDecodeSessions(const SessionsPerVersion& sessions, v1::ModelInfo* info) {
+  info->set_decode_sessions(0);
+  info->clear_retired_versions();
+  // The map is ordered by (name, version): this model's versions are adjacent, oldest first.
+  for (auto it = sessions.lower_bound({info->name(), std::numeric_limits<int64_t>::min()});
+       it != sessions.end() && it->first.first == info->name(); ++it) {
+    const auto& [key, count] = *it;
+    if (key.second == info->version()) {
+      info->set_decode_sessions(count);
+    } else if (count > 0) {
+      v1::RetiredVersion* retired = info->add_retired_versions();
+      retired->set_version(key.second);
+      retired->set_decode_sessions(count);
+    }
+  }
+}
+
+void FillErrorResponse(std::string_view model, std::string_view request_id,
+                       const absl::Status& status, v1::AttendResponse* response) {
+  response->Clear();
+  response->set_model(std::string(model));
+  response->set_request_id(std::string(request_id));
+  conversion_internal::FillErrorStatus(status, response->mutable_error());
+}
+
+namespace conversion_internal {
+
+using ::attnserve::CheckedProduct;
+
+// The encoding of the answer's tensors: raw_output_format in raw, float32 in values.
+FloatFormat AnswerFormat(const AttendWork& work) {
+  return work.raw_output ? work.raw_output_format : FloatFormat::kFloat32;
 }
 
 // OK when `work`'s shape is self-consistent and `result` has the sizes it implies, so that
@@ -97,19 +198,44 @@ bool Unpadded(const AttendWork& work) {
   return true;
 }
 
-void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
+void FillAnswerFields(const AttendWork& work, const AttendResult& result,
+                      v1::AttendResponse* response) {
+  response->set_model(work.model->name);
+  response->set_model_version(work.model->version);
+  response->set_request_id(work.request_id);
+  v1::Timing* timing = response->mutable_timing();
+  timing->set_queue_us(result.timing.queue_us);
+  timing->set_compute_us(result.timing.compute_us);
+  timing->set_batch_sequences(SaturatedInt32(result.timing.batch_sequences));
+  timing->set_batch_tokens(SaturatedInt32(result.timing.batch_tokens));
+}
+
+std::vector<int64_t> OutputShape(const AttendWork& work) {
+  std::vector<int64_t> shape;
+  if (work.batched) shape.push_back(work.sequences());
+  shape.push_back(work.padded_query_length);
+  shape.push_back(work.model->config.attention.d_model);
+  return shape;
+}
+
+std::vector<int64_t> WeightsShape(const AttendWork& work) {
+  std::vector<int64_t> shape;
+  if (work.batched) shape.push_back(work.sequences());
+  shape.push_back(work.model->config.attention.num_heads);
+  shape.push_back(work.padded_query_length);
+  shape.push_back(work.padded_memory_length);
+  return shape;
+}
+
+int64_t ElementCount(std::span<const int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;  // Bounded by CheckResultShape.
+  return count;
+}
+
+void WritePaddedOutput(const AttendWork& work, const AttendResult& result, char* destination) {
   const int64_t d = work.model->config.attention.d_model;
   const int64_t t_pad = work.padded_query_length;
-  tensor->Clear();
-  if (work.batched) tensor->add_shape(work.sequences());
-  tensor->add_shape(t_pad);
-  tensor->add_shape(d);
-  if (Unpadded(work)) {
-    conversion_internal::AssignFloats(result.output, work.raw_output, work.raw_output_format,
-                                      tensor);
-    return;
-  }
-  char* destination = AllocateFloats(tensor, work.sequences() * t_pad * d, work);
   const FloatFormat format = AnswerFormat(work);
   const float* source = result.output.data();
   for (int64_t b = 0; b < work.sequences(); ++b) {
@@ -120,21 +246,12 @@ void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* 
   }
 }
 
-void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
+void WritePaddedWeights(const AttendWork& work, const AttendResult& result, char* destination) {
   const int64_t heads = work.model->config.attention.num_heads;
   const int64_t t_pad = work.padded_query_length;
   const int64_t s_pad = work.padded_memory_length;
   const std::vector<int64_t>& keys =
       work.cross_attention ? work.memory_lengths : work.query_lengths;
-  tensor->Clear();
-  if (work.batched) tensor->add_shape(work.sequences());
-  for (int64_t dim : {heads, t_pad, s_pad}) tensor->add_shape(dim);
-  if (Unpadded(work)) {
-    conversion_internal::AssignFloats(result.weights, work.raw_output, work.raw_output_format,
-                                      tensor);
-    return;
-  }
-  char* destination = AllocateFloats(tensor, work.sequences() * heads * t_pad * s_pad, work);
   const FloatFormat format = AnswerFormat(work);
   const float* source = result.weights.data();
   for (int64_t b = 0; b < work.sequences(); ++b) {
@@ -148,83 +265,6 @@ void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor*
     }
   }
 }
-
-int32_t SaturatedInt32(int64_t value) {
-  return static_cast<int32_t>(std::clamp<int64_t>(value, std::numeric_limits<int32_t>::min(),
-                                                  std::numeric_limits<int32_t>::max()));
-}
-
-}  // namespace
-
-absl::Status FillAttendResponse(const AttendWork& work, const AttendResult& result,
-                                v1::AttendResponse* response) {
-  if (auto s = CheckResultShape(work, result); !s.ok()) return s;
-  FillOutput(work, result, response->mutable_output());
-  if (work.return_weights) {
-    FillWeights(work, result, response->mutable_weights());
-  } else {
-    response->clear_weights();
-  }
-  response->set_model(work.model->name);
-  response->set_model_version(work.model->version);
-  response->set_request_id(work.request_id);
-  v1::Timing* timing = response->mutable_timing();
-  timing->set_queue_us(result.timing.queue_us);
-  timing->set_compute_us(result.timing.compute_us);
-  timing->set_batch_sequences(SaturatedInt32(result.timing.batch_sequences));
-  timing->set_batch_tokens(SaturatedInt32(result.timing.batch_tokens));
-  return absl::OkStatus();
-}
-
-void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is_default,
-                   v1::ModelInfo* info) {
-  const core::AttentionConfig& config = model.config.attention;
-  info->Clear();
-  info->set_name(model.name);
-  info->set_d_model(SaturatedInt32(config.d_model));
-  info->set_num_heads(SaturatedInt32(config.num_heads));
-  info->set_variant(std::string(core::VariantName(config.variant)));
-  info->set_bias(config.bias);
-  info->set_dtype(std::string(core::ComputeTypeName(config.compute_type)));
-  info->set_parameter_count(config.ParameterCount());
-  v1::BatchingLimits* batching = info->mutable_batching();
-  batching->set_max_batch_sequences(limits.batching.max_batch_sequences);
-  batching->set_max_batch_tokens(limits.batching.max_batch_tokens);
-  batching->set_max_queue_delay_us(limits.batching.max_queue_delay_us);
-  batching->set_max_queue_size(limits.batching.max_queue_size);
-  batching->set_max_queued_bytes(limits.batching.max_queued_bytes);
-  info->set_max_sequence_length(limits.request.max_sequence_length);
-  info->set_version(model.version);
-  info->set_source(model.source);
-  info->set_is_default(is_default);
-}
-
-void FillDecodeSessions(const SessionsPerVersion& sessions, v1::ModelInfo* info) {
-  info->set_decode_sessions(0);
-  info->clear_retired_versions();
-  // The map is ordered by (name, version): this model's versions are adjacent, oldest first.
-  for (auto it = sessions.lower_bound({info->name(), std::numeric_limits<int64_t>::min()});
-       it != sessions.end() && it->first.first == info->name(); ++it) {
-    const auto& [key, count] = *it;
-    if (key.second == info->version()) {
-      info->set_decode_sessions(count);
-    } else if (count > 0) {
-      v1::RetiredVersion* retired = info->add_retired_versions();
-      retired->set_version(key.second);
-      retired->set_decode_sessions(count);
-    }
-  }
-}
-
-void FillErrorResponse(std::string_view model, std::string_view request_id,
-                       const absl::Status& status, v1::AttendResponse* response) {
-  response->Clear();
-  response->set_model(std::string(model));
-  response->set_request_id(std::string(request_id));
-  conversion_internal::FillErrorStatus(status, response->mutable_error());
-}
-
-namespace conversion_internal {
 
 void AssignFloats(std::span<const float> source, bool raw_output, FloatFormat raw_format,
                   v1::Tensor* tensor) {

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,28 @@ std::shared_ptr<const model::Model> TinyModel() {
     return std::shared_ptr<const model::Model>(std::move(model));
   }();
   return tiny;
+}
+
+server::AttendResult ResultFor(const server::AttendWork& work) {
+  struct Buffers {
+    std::vector<float> output, weights;
+  };
+  auto buffers = std::make_shared<Buffers>();
+  buffers->output = Sequential(work.tokens() * kD, 0.5f);
+  if (work.return_weights) {
+    int64_t scores = 0;
+    for (int64_t b = 0; b < work.sequences(); ++b) {
+      const auto& keys = work.cross_attention ? work.memory_lengths : work.query_lengths;
+      scores += work.query_lengths[b] * keys[b];
+    }
+    for (float v : Sequential(kHeads * scores)) buffers->weights.push_back(-1.0f - v);
+  }
+  server::AttendResult result;
+  result.output = buffers->output;
+  result.weights = buffers->weights;
+  result.storage = buffers;
+  result.timing = {.queue_us = 11, .compute_us = 22, .batch_sequences = 5, .batch_tokens = 77};
+  return result;
 }
 
 std::vector<float> Sequential(int64_t count, float start) {

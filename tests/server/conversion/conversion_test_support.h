@@ -41,6 +41,9 @@ std::vector<uint32_t> Bits(const std::vector<float>& values);
 v1::AttendRequest Rank3Request();
 // Valid rank-2 self-attention request: input [3, 8], attn_mask [3, 3].
 v1::AttendRequest Rank2Request();
+// A result for `work` whose values are distinct: output = 0.5 + i, weights = -1 - i, timing
+// {11, 22, 5, 77}. The spans view buffers that result.storage owns, as the batch runner's do.
+server::AttendResult ResultFor(const server::AttendWork& work);
 // ParseAttendRequest against TinyModel().
 absl::StatusOr<server::AttendWork> Parse(const v1::AttendRequest& request,
                                          const server::ModelLimits& limits = {});

@@ -38,30 +38,6 @@ using server::AttendWork;
 
 // FillAttendResponse.
 
-// A result for `work` whose values are distinct: output = 0.5 + i, weights = -1 - i.
-// The spans view buffers that result.storage owns, as the batch runner's do.
-AttendResult ResultFor(const AttendWork& work) {
-  struct Buffers {
-    std::vector<float> output, weights;
-  };
-  auto buffers = std::make_shared<Buffers>();
-  buffers->output = Sequential(work.tokens() * kD, 0.5f);
-  if (work.return_weights) {
-    int64_t scores = 0;
-    for (int64_t b = 0; b < work.sequences(); ++b) {
-      const auto& keys = work.cross_attention ? work.memory_lengths : work.query_lengths;
-      scores += work.query_lengths[b] * keys[b];
-    }
-    for (float v : Sequential(kHeads * scores)) buffers->weights.push_back(-1.0f - v);
-  }
-  AttendResult result;
-  result.output = buffers->output;
-  result.weights = buffers->weights;
-  result.storage = buffers;
-  result.timing = {.queue_us = 11, .compute_us = 22, .batch_sequences = 5, .batch_tokens = 77};
-  return result;
-}
-
 std::vector<float> Floats(const v1::Tensor& tensor) {
   return tensor.raw().empty() ? std::vector<float>(tensor.values().begin(), tensor.values().end())
                               : RawFloats(tensor);
