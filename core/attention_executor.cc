@@ -82,6 +82,7 @@ struct TileWorkspace {
   AlignedBuffer scratchpad;     // oneDNN's scratch for the tile's matmuls.
   AlignedBuffer scores;         // One score tile.
   AlignedBuffer probabilities;  // bf16 compute: the tile's bf16 softmax output.
+  AlignedBuffer head_major;     // bf16 compute: the tile's dense copies of Q, K and V.
 };
 
 }  // namespace
@@ -325,6 +326,10 @@ absl::Status AttentionExecutor::Impl::AttendGroupPerHead(const AttentionConfig& 
   absl::Status status;
 #pragma omp parallel num_threads(threads)
   {
+    // oneDNN sizes a primitive's work split by omp_get_max_threads() when it is created; inside
+    // this region each primitive runs on one thread, so it must be planned for one. (bf16 brgemm
+    // kernels planned for two, then run here on one, computed only part of their output.)
+    omp_set_num_threads(1);
     TileWorkspace& ws = *workspaces[omp_get_thread_num()];
     absl::Status local;
 #pragma omp for schedule(static)
@@ -377,7 +382,7 @@ absl::Status AttentionExecutor::Impl::AttendTile(TileWorkspace& ws, const Attent
                                                  const TilePlace& tile, std::span<float> weights,
                                                  bool parallel) {
   const TileGeometry& g = tile.geometry;
-  absl::StatusOr<AttentionTile*> primitives = ws.tiles.Get(g, ws.scratchpad);
+  absl::StatusOr<AttentionTile*> primitives = ws.tiles.Get(g, ws.scratchpad, ws.head_major);
   if (!primitives.ok()) return primitives.status();
   AttentionTile& p = **primitives;
   float* tile_scores = ws.scores.Reserve(g.score_elements());
@@ -389,11 +394,12 @@ absl::Status AttentionExecutor::Impl::AttendTile(TileWorkspace& ws, const Attent
   void* tile_probabilities =
       g.bf16 ? ws.probabilities.Reserve((g.score_elements() + 1) / 2) : tile_scores;
   p.Scores(ws.stream, Advance(op.q, q_row * op.q_ld + column, op.bf16),
-           Advance(op.k, kv_row * op.kv_ld + column, op.bf16), tile_scores, ws.scratchpad.data());
+           Advance(op.k, kv_row * op.kv_ld + column, op.bf16), tile_scores, ws.scratchpad.data(),
+           ws.head_major.data());
   SoftmaxTile(in, group, tile, tile_scores, tile_probabilities, parallel);
   p.Values(ws.stream, tile_probabilities, Advance(op.v, kv_row * op.kv_ld + column, op.bf16),
            Advance(op.context, q_row * op.context_ld + column, op.context_bf16),
-           ws.scratchpad.data());
+           ws.scratchpad.data(), ws.head_major.data());
   if (!in.head_mask.empty()) ZeroDisabledHeads(in, op, group, tile);
   if (!weights.empty()) CopyWeights(in, group, tile, tile_probabilities, weights);
   return absl::OkStatus();

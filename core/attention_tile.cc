@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/onednn_support.h"
 
@@ -19,15 +20,24 @@ dnnl::primitive_attr UserScratchpad() {
 
 }  // namespace
 
-AttentionTile::AttentionTile(const TileGeometry& g) {
+AttentionTile::AttentionTile(const TileGeometry& g) : geometry_(g) {
   const dnnl::engine& engine = CpuEngine();
   const int64_t b = g.batch, h = g.heads, t = g.rows, s = g.keys, dk = g.head_dim;
   const dt operand = g.bf16 ? dt::bf16 : dt::f32;
   const dt result = g.out_bf16 ? dt::bf16 : dt::f32;
   // Heads are a stride of d_k inside a row: the [rows, d_model] buffers read as [b, h, rows, d_k].
-  const dnnl::memory::desc q({b, h, t, dk}, operand, dims{g.q_batch_stride, dk, g.q_ld, 1});
-  const dnnl::memory::desc k_t({b, h, dk, s}, operand, dims{g.kv_batch_stride, dk, 1, g.kv_ld});
-  const dnnl::memory::desc v({b, h, s, dk}, operand, dims{g.kv_batch_stride, dk, g.kv_ld, 1});
+  const dnnl::memory::desc q_view({b, h, t, dk}, operand, dims{g.q_batch_stride, dk, g.q_ld, 1});
+  const dnnl::memory::desc k_t_view({b, h, dk, s}, operand,
+                                    dims{g.kv_batch_stride, dk, 1, g.kv_ld});
+  const dnnl::memory::desc v_view({b, h, s, dk}, operand, dims{g.kv_batch_stride, dk, g.kv_ld, 1});
+  // bf16: the matmuls read dense head-major copies (K stored [b, h, s, d_k], read transposed).
+  using tag = dnnl::memory::format_tag;
+  const dnnl::memory::desc q =
+      g.bf16 ? dnnl::memory::desc({b, h, t, dk}, operand, tag::abcd) : q_view;
+  const dnnl::memory::desc k_t =
+      g.bf16 ? dnnl::memory::desc({b, h, dk, s}, operand, tag::abdc) : k_t_view;
+  const dnnl::memory::desc v =
+      g.bf16 ? dnnl::memory::desc({b, h, s, dk}, operand, tag::abcd) : v_view;
   const dnnl::memory::desc out({b, h, t, dk}, result, dims{g.out_batch_stride, dk, g.out_ld, 1});
   // Scores are f32 whatever the operands: scale, mask and softmax stay in f32 (MaskedSoftmaxRow).
   const dnnl::memory::desc scores({b, h, t, s}, dt::f32, dnnl::memory::format_tag::abcd);
@@ -44,6 +54,19 @@ AttentionTile::AttentionTile(const TileGeometry& g) {
     scratchpad_bytes_ = std::max(scratchpad_bytes_, pd.scratchpad_desc().get_size());
     return dnnl::memory(pd.scratchpad_desc(), engine, DNNL_MEMORY_NONE);
   };
+
+  if (g.bf16) {
+    // Q [b, h, t, d_k], then K and V [b, h, s, d_k], each start 64-byte aligned.
+    const auto bytes = [](int64_t elements) { return (elements * 2 + 63) / 64 * 64; };
+    q_copy_ = {.batch_stride = g.q_batch_stride, .ld = g.q_ld, .rows = t, .offset = 0};
+    k_copy_ = {.batch_stride = g.kv_batch_stride,
+               .ld = g.kv_ld,
+               .rows = s,
+               .offset = static_cast<size_t>(bytes(b * h * t * dk))};
+    v_copy_ = k_copy_;
+    v_copy_.offset = k_copy_.offset + static_cast<size_t>(bytes(b * h * s * dk));
+    head_major_bytes_ = v_copy_.offset + static_cast<size_t>(bytes(b * h * s * dk));
+  }
 
   dnnl::primitive_attr scaled = UserScratchpad();
   scaled.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(dk))});
@@ -70,8 +93,30 @@ void AttentionTile::RunStep(dnnl::stream& stream, Step& step, void* scratch) {
   Execute(step.primitive, stream, step.args);
 }
 
+void* AttentionTile::CopyHeads(const Copy& copy, const void* from, void* head_major) const {
+  // Row r of head j of sequence i: d_k elements at from + i·batch_stride + r·ld + j·d_k, written
+  // to ((i·heads + j)·rows + r)·d_k.
+  const int64_t dk = geometry_.head_dim;
+  const auto* source = static_cast<const uint16_t*>(from);
+  auto* destination = reinterpret_cast<uint16_t*>(static_cast<char*>(head_major) + copy.offset);
+  uint16_t* to = destination;
+  for (int64_t i = 0; i < geometry_.batch; ++i) {
+    for (int64_t j = 0; j < geometry_.heads; ++j) {
+      const uint16_t* row = source + i * copy.batch_stride + j * dk;
+      for (int64_t r = 0; r < copy.rows; ++r, to += dk) {
+        std::memcpy(to, row + r * copy.ld, static_cast<size_t>(dk) * sizeof(uint16_t));
+      }
+    }
+  }
+  return destination;
+}
+
 void AttentionTile::Scores(dnnl::stream& stream, const void* q, const void* k, float* scores,
-                           void* scratch) {
+                           void* scratch, void* head_major) {
+  if (head_major_bytes_ > 0) {
+    q = CopyHeads(q_copy_, q, head_major);
+    k = CopyHeads(k_copy_, k, head_major);
+  }
   // oneDNN takes non-const handles but never writes through a source.
   q_.set_data_handle(const_cast<void*>(q));
   k_.set_data_handle(const_cast<void*>(k));
@@ -80,7 +125,8 @@ void AttentionTile::Scores(dnnl::stream& stream, const void* q, const void* k, f
 }
 
 void AttentionTile::Values(dnnl::stream& stream, const void* probabilities, const void* v,
-                           void* out, void* scratch) {
+                           void* out, void* scratch, void* head_major) {
+  if (head_major_bytes_ > 0) v = CopyHeads(v_copy_, v, head_major);
   probabilities_.set_data_handle(const_cast<void*>(probabilities));
   v_.set_data_handle(const_cast<void*>(v));
   out_.set_data_handle(out);
@@ -88,11 +134,13 @@ void AttentionTile::Values(dnnl::stream& stream, const void* probabilities, cons
 }
 
 absl::StatusOr<AttentionTile*> AttentionTileCache::Get(const TileGeometry& g,
-                                                       AlignedBuffer& scratchpad) {
+                                                       AlignedBuffer& scratchpad,
+                                                       AlignedBuffer& head_major) {
   try {
     AttentionTile* tile = cache_.Find(g);
     if (tile == nullptr) tile = cache_.Insert(g, AttentionTile(g));
     scratchpad.Reserve(tile->scratchpad_bytes() / sizeof(float) + 1);
+    head_major.Reserve(tile->head_major_bytes() / sizeof(float) + 1);
     return tile;
   } catch (const dnnl::error& e) {
     return OneDnnError(e, "building attention primitives");

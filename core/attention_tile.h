@@ -8,6 +8,15 @@
 // With `bf16` set, Q, K and V are bf16, the scores stay f32, the probabilities are bf16 in a
 // separate buffer, P·V accumulates in f32 and writes `out_bf16` ? bf16 : f32.
 //
+// bf16 is the one place where the heads are copied: oneDNN 2.6 runs a bf16 matmul over strided
+// per-head views with its generic gemm (gemm:jit), 20-30x slower than the brgemm (AMX /
+// AVX512-BF16) kernel it picks for dense operands — QKᵀ of 8 heads x 128 x 128 took 0.73 ms
+// against 0.023 ms, while copying Q, K and V head-major costs ~0.003 ms each (measured with both
+// layouts on this machine; docs/PERFORMANCE.md, "bf16 attention over dense heads"). So bf16 tiles
+// first reorder their Q, K and V views into dense [batch, heads, rows, d_k] copies in a buffer
+// the caller gives (head_major_bytes()). fp32 matmuls run as fast on the strided views (gemm:jit
+// either way), so f32 tiles copy nothing.
+//
 // AttentionTileCache keeps one AttentionTile per geometry. Not thread-safe. Internal to the core.
 #ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
 #define ATTNSERVE_CORE_ATTENTION_TILE_H_
@@ -49,13 +58,18 @@ class AttentionTile {
 
   // Largest scratchpad either primitive needs, in bytes.
   size_t scratchpad_bytes() const { return scratchpad_bytes_; }
+  // Bytes of the head-major copies of Q, K and V a bf16 tile makes; 0 for f32.
+  size_t head_major_bytes() const { return head_major_bytes_; }
 
-  // Each step runs synchronously on the CPU stream. `scratch` holds scratchpad_bytes(). Pointers
-  // are to elements of the types the geometry names; `probabilities` are f32 (the scores
-  // buffer, in place) or bf16 (score_elements() of them).
-  void Scores(dnnl::stream& stream, const void* q, const void* k, float* scores, void* scratch);
+  // Each step runs synchronously on the CPU stream. `scratch` holds scratchpad_bytes(),
+  // `head_major` head_major_bytes() (64-byte aligned; the same buffer for both steps of a tile,
+  // or null when head_major_bytes() is 0). Pointers are to elements of the types the geometry
+  // names; `probabilities` are f32 (the scores buffer, in place) or bf16 (score_elements() of
+  // them).
+  void Scores(dnnl::stream& stream, const void* q, const void* k, float* scores, void* scratch,
+              void* head_major);
   void Values(dnnl::stream& stream, const void* probabilities, const void* v, void* out,
-              void* scratch);
+              void* scratch, void* head_major);
 
  private:
   struct Step {
@@ -63,20 +77,32 @@ class AttentionTile {
     dnnl::memory scratchpad;
     ExecArgs args;  // Built once; handles are swapped per call.
   };
+  // Where one operand's bf16 rows are read from (strides in elements) and where its dense
+  // head-major copy goes (bf16 only).
+  struct Copy {
+    int64_t batch_stride = 0, ld = 0, rows = 0;
+    size_t offset = 0;  // In the head-major buffer, in bytes.
+  };
   void RunStep(dnnl::stream& stream, Step& step, void* scratch);
+  // Copies the operand at `from` head-major into its place in `head_major`; returns that place.
+  void* CopyHeads(const Copy& copy, const void* from, void* head_major) const;
 
+  TileGeometry geometry_;
   dnnl::memory q_, k_, scores_, probabilities_, v_, out_;
   Step scores_step_, values_step_;
+  Copy q_copy_, k_copy_, v_copy_;
   size_t scratchpad_bytes_ = 0;
+  size_t head_major_bytes_ = 0;
 };
 
 class AttentionTileCache {
  public:
   explicit AttentionTileCache(size_t max_cached_shapes) : cache_(max_cached_shapes) {}
 
-  // The tile for `g`, built on first use; `scratchpad` is grown to what it needs. Internal
-  // status if oneDNN cannot build it.
-  absl::StatusOr<AttentionTile*> Get(const TileGeometry& g, AlignedBuffer& scratchpad);
+  // The tile for `g`, built on first use; `scratchpad` and `head_major` are grown to what it
+  // needs. Internal status if oneDNN cannot build it.
+  absl::StatusOr<AttentionTile*> Get(const TileGeometry& g, AlignedBuffer& scratchpad,
+                                     AlignedBuffer& head_major);
 
  private:
   LruCache<TileGeometry, AttentionTile> cache_;
