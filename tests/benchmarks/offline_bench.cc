@@ -26,6 +26,7 @@
 #include "CLI/CLI.hpp"
 #include "client/cli/load_stats.h"
 #include "core/attention_batch.h"
+#include "core/attention_config.h"
 #include "core/attention_executor.h"
 #include "core/model/model.h"
 
@@ -44,6 +45,7 @@ struct Flags {
   int64_t pause_us = 0;
   bool causal = false;
   bool json = false;
+  std::string compute_dtype = "fp32";
 };
 
 // Deterministic inputs in [-1, 1): the same bytes on every run.
@@ -62,7 +64,8 @@ int Run(const Flags& flags) {
     std::fprintf(stderr, "attnserve_offline_bench: give --iterations or --duration-s (or both)\n");
     return 2;
   }
-  absl::StatusOr<std::shared_ptr<const model::Model>> demo = model::DemoModel();
+  absl::StatusOr<std::shared_ptr<const model::Model>> demo =
+      model::DemoModel(*core::ParseComputeType(flags.compute_dtype));
   if (!demo.ok()) {
     std::fprintf(stderr, "attnserve_offline_bench: demo model: %s\n",
                  std::string(demo.status().ToString()).c_str());
@@ -115,12 +118,13 @@ int Run(const Flags& flags) {
   if (flags.json) {
     std::printf(
         "{\"mode\": \"offline\", \"sequences\": %lld, \"seq_len\": %lld, "
-        "\"causal\": %s, \"compute_threads\": %d, \"pause_us\": %lld, \"iterations\": %lld, "
+        "\"causal\": %s, \"compute_dtype\": \"%s\", \"compute_threads\": %d, \"pause_us\": %lld, "
+        "\"iterations\": %lld, "
         "\"elapsed_s\": %.4f, \"p50_ms\": %.4f, \"mean_ms\": %.4f, \"min_ms\": %.4f, "
         "\"max_ms\": %.4f, \"sequences_per_s\": %.2f, \"tokens_per_s\": %.1f, "
         "\"cpu_s\": %.3f}\n",
         static_cast<long long>(flags.sequences), static_cast<long long>(flags.seq_len),
-        flags.causal ? "true" : "false", flags.compute_threads,
+        flags.causal ? "true" : "false", flags.compute_dtype.c_str(), flags.compute_threads,
         static_cast<long long>(flags.pause_us), static_cast<long long>(passes_ms.size()), elapsed_s,
         p50_ms, mean_ms, passes_ms.front(), passes_ms.back(), sequences_per_s, tokens_per_s, cpu_s);
   } else {
@@ -173,6 +177,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--causal", flags.causal, "Causal mask");
+  app.add_option("--compute-dtype", flags.compute_dtype,
+                 "The demo model's compute type, as the server's --compute-dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "Print one JSON object");
   CLI11_PARSE(app, argc, argv);
   return attnserve::offline_bench::Run(flags);

@@ -5,11 +5,16 @@
 # CPU µs per request on each side (the server's from /proc/PID/stat around the run, the client's
 # from the bench's own getrusage), and what attnserve spends beyond the echo: its batch threads'
 # CPU (compute, with the OpenMP team) and the rest (gRPC, conversion, hand-offs) minus the echo
-# server's. Overhead is then a measured number: attnserve's non-compute CPU − the echo's.
+# server's. Beside each attnserve run, the core alone computes the batches that run formed
+# (attnserve_offline_bench, one thread, as many sequences as the run's mean batch): the server's
+# CPU per request against that compute plus 1.5 × the echo's CPU is the service path's target,
+# and what exceeds compute + echo is the measured overhead.
 #
 # Usage: tests/benchmarks/run_echo_floor.sh [build_dir]     (default: $BUILD_DIR or <repo>/build)
-# Environment: DURATION_S (seconds per run, default 8), QUIET_WAIT_S, SERVER_FLAGS, LOAD_FLAGS,
-#   KEEP_LOGS=1 (as run_server_bench.sh). ~1.5 minutes on 2 cores.
+# Environment: DURATION_S (seconds per run, default 8), COMPUTE_DTYPES (attnserve's compute
+#   types, default "fp32"; "fp32 bf16" adds a bf16 server and core per size), QUIET_WAIT_S,
+#   SERVER_FLAGS, LOAD_FLAGS, KEEP_LOGS=1 (as run_server_bench.sh). ~2 minutes per compute type
+#   on 2 cores.
 set -euo pipefail
 
 bench_name=run_echo_floor
@@ -53,32 +58,64 @@ r["server_batch_cpu_s"] = 0.0
 print(json.dumps(r))' "${work}/${name}.load.json" "${cpu0}" "${cpu1}" >"${work}/${name}.json"
 }
 
+# core_scenario NAME RUN T DTYPE: the core alone on the batches RUN formed (its mean batch of
+# sequences of T rows, at least 1), one compute thread, into ${work}/NAME.json.
+core_scenario() {
+  local name="$1" run="$2" t="$3" dtype="$4" batch
+  batch="$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(max(1, round(r.get("server", {}).get("batch_mean_sequences") or 1)))' "${work}/${run}.json")"
+  offline "${name}" --sequences "${batch}" --seq-len "${t}" --compute-threads 1 \
+    --compute-dtype "${dtype}"
+}
+
+read -r -a dtypes <<<"${COMPUTE_DTYPES:-fp32}"
 start_s=${SECONDS}
 sizes=(1 16 128 512)
 concurrency=(64 64 16 4)
 for i in "${!sizes[@]}"; do
   t=${sizes[$i]} c=${concurrency[$i]}
   echo_scenario "echo_t${t}" --seq-len "${t}" --concurrency "${c}"
-  scenario "attnserve_t${t}" "" --seq-len "${t}" --concurrency "${c}"
+  for dtype in "${dtypes[@]}"; do
+    scenario "attnserve_${dtype}_t${t}" "--compute-dtype ${dtype}" --seq-len "${t}" \
+      --concurrency "${c}"
+    core_scenario "core_${dtype}_t${t}" "attnserve_${dtype}_t${t}" "${t}" "${dtype}"
+  done
 done
 elapsed_s=$((SECONDS - start_s))
 
-python3 - "${work}" "${elapsed_s}" "$(nproc)" "${sizes[@]}" <<'PY'
+python3 - "${work}" "${elapsed_s}" "$(nproc)" "${#sizes[@]}" "${sizes[@]}" "${dtypes[@]}" <<'PY'
 import json, sys
-work, elapsed, cores, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-print(f"\n## Service path against its floor ({cores} cores, d_model 512 fp32, unary Attend raw, "
-      f"{elapsed} s)\n")
-print("| rows | c | req/s echo / attnserve | server CPU µs/req echo / attnserve "
-      "(batch threads + rest) | attnserve rest − echo | client CPU µs/req echo / attnserve |")
-print("|---|---|---|---|---|---|")
+work, elapsed, cores, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+sizes, dtypes = sys.argv[5:5 + n], sys.argv[5 + n:]
+load = lambda name: json.load(open(f"{work}/{name}.json"))
+per = lambda r, key: 1e6 * r[key] / max(1, r["ok"])
+print(f"\n## Service path against its floor ({cores} cores, d_model 512, unary Attend raw fp32 on "
+      f"the wire, {elapsed} s)\n")
+print("| rows | c | compute | req/s echo / attnserve | server CPU µs/req echo / attnserve "
+      "(batch threads + rest) | core µs/seq (batch) | target core + 1.5 × echo | overhead: "
+      "attnserve − core − echo | client CPU µs/req echo / attnserve |")
+print("|---|---|---|---|---|---|---|---|---|")
 for t in sizes:
-    e = json.load(open(f"{work}/echo_t{t}.json"))
-    a = json.load(open(f"{work}/attnserve_t{t}.json"))
-    per = lambda r, key: 1e6 * r[key] / max(1, r["ok"])
-    rest = per(a, "server_cpu_s") - per(a, "server_batch_cpu_s")
-    print(f"| {t} | {e['concurrency']} | {e['requests_per_s']:.0f} / {a['requests_per_s']:.0f} | "
-          f"{per(e, 'server_cpu_s'):.0f} / {per(a, 'server_cpu_s'):.0f} "
-          f"({per(a, 'server_batch_cpu_s'):.0f} + {rest:.0f}) | "
-          f"{rest - per(e, 'server_cpu_s'):+.0f} | "
-          f"{per(e, 'client_cpu_s'):.0f} / {per(a, 'client_cpu_s'):.0f} |")
+    e = load(f"echo_t{t}")
+    for dtype in dtypes:
+        a, core = load(f"attnserve_{dtype}_t{t}"), load(f"core_{dtype}_t{t}")
+        server, echo = per(a, "server_cpu_s"), per(e, "server_cpu_s")
+        core_us = 1e3 * core["p50_ms"] / core["sequences"]
+        target = core_us + 1.5 * echo
+        print(f"| {t} | {e['concurrency']} | {dtype} | {e['requests_per_s']:.0f} / "
+              f"{a['requests_per_s']:.0f} | {echo:.0f} / {server:.0f} "
+              f"({per(a, 'server_batch_cpu_s'):.0f} + "
+              f"{server - per(a, 'server_batch_cpu_s'):.0f}) | {core_us:.0f} ({core['sequences']}) | "
+              f"{target:.0f} {'met' if server <= target else 'missed'} | "
+              f"{server - core_us - echo:+.0f} | "
+              f"{per(e, 'client_cpu_s'):.0f} / {per(a, 'client_cpu_s'):.0f} |")
+if len(dtypes) > 1:
+    print("\n| rows | req/s " + " / ".join(dtypes) + " | ratio to " + dtypes[0] + " |")
+    print("|---|---|---|")
+    for t in sizes:
+        rps = [load(f"attnserve_{d}_t{t}")["requests_per_s"] for d in dtypes]
+        print(f"| {t} | " + " / ".join(f"{x:.0f}" for x in rps) + " | " +
+              " / ".join(f"{x / rps[0]:.2f}×" for x in rps[1:]) + " |")
 PY
