@@ -41,8 +41,13 @@ absl::Status FillTensor(const char* field, TensorView view, bool raw, FloatForma
   if (raw) {
     tensor->set_dtype(static_cast<v1::DataType>(format));
     std::string* bytes = tensor->mutable_raw();
-    bytes->resize(view.data.size() * static_cast<size_t>(FloatFormatBytes(format)));
-    EncodeFloats(view.data, format, bytes->data());
+    if (format == FloatFormat::kFloat32) {
+      // One pass: resize would first zero every byte that the copy then overwrites.
+      bytes->assign(reinterpret_cast<const char*>(view.data.data()), view.data.size_bytes());
+    } else {
+      bytes->resize(view.data.size() * static_cast<size_t>(FloatFormatBytes(format)));
+      EncodeFloats(view.data, format, bytes->data());
+    }
   } else {
     tensor->mutable_values()->Add(view.data.begin(), view.data.end());
   }

@@ -21,11 +21,14 @@ bench_name=run_echo_floor
 # shellcheck source=server_bench_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/server_bench_lib.sh"
 echo_bin="${build_dir}/tests/benchmarks/attnserve_echo_server"
-if [[ ! -x "${echo_bin}" ]]; then
-  echo "${bench_name}: ${echo_bin} not found; build it first:" >&2
-  echo "  cmake --build ${build_dir} -j2 --target attnserve_echo_server" >&2
-  exit 1
-fi
+echo_client_bin="${build_dir}/tests/benchmarks/attnserve_echo_client"
+for binary in "${echo_bin}" "${echo_client_bin}"; do
+  if [[ ! -x "${binary}" ]]; then
+    echo "${bench_name}: ${binary} not found; build it first:" >&2
+    echo "  cmake --build ${build_dir} -j2 --target attnserve_echo_server attnserve_echo_client" >&2
+    exit 1
+  fi
+done
 
 # echo_scenario NAME BENCH FLAGS...: the echo server, one measured bench run, ${work}/NAME.json.
 echo_scenario() {
@@ -49,6 +52,9 @@ echo_scenario() {
   "${cli_bin}" --target "127.0.0.1:${port}" -q bench --duration "${duration_s}" \
     --warmup-requests 100 --json "${load_extra[@]}" "$@" >"${work}/${name}.load.json"
   cpu1="$(server_cpu_s)"
+  # The client library's floor: the same calls on the bare generated stub.
+  "${echo_client_bin}" --target "127.0.0.1:${port}" --duration-s "${duration_s}" \
+    --warmup-requests 100 "$@" >"${work}/${name}.stub.json"
   stop_server
   python3 -c '
 import json, sys
@@ -111,6 +117,14 @@ for t in sizes:
               f"{target:.0f} {'met' if server <= target else 'missed'} | "
               f"{server - core_us - echo:+.0f} | "
               f"{per(e, 'client_cpu_s'):.0f} / {per(a, 'client_cpu_s'):.0f} |")
+print("\nThe client library against its floor (both against the echo server): CPU µs per "
+      "request of the bare generated stub (attnserve_echo_client) and of attnserve-cli bench.\n")
+print("| rows | c | bare stub | attnserve-cli | ratio |")
+print("|---|---|---|---|---|")
+for t in sizes:
+    e, stub = load(f"echo_t{t}"), load(f"echo_t{t}.stub")
+    floor, lib = per(stub, "client_cpu_s"), per(e, "client_cpu_s")
+    print(f"| {t} | {e['concurrency']} | {floor:.0f} | {lib:.0f} | {lib / floor:.2f}× |")
 if len(dtypes) > 1:
     print("\n| rows | req/s " + " / ".join(dtypes) + " | ratio to " + dtypes[0] + " |")
     print("|---|---|---|")
