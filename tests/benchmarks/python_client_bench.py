@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Closed-loop load from Python against a running attnserve: the attnserve package's Client
-(attnserve.v1 Attend) or the Open Inference Protocol's ModelInfer (stubs generated from
+(attnserve.v1 Attend), the bare generated attnserve.v1 stub the package ships (--mode stub: the
+Python client's floor), or the Open Inference Protocol's ModelInfer (stubs generated from
 proto/inference at start), same inputs, bounded in time or in requests. Prints requests/s and
 latency percentiles and mean (ms), or one JSON object with --json. For comparing the protocols,
 and the Python client against attnserve-cli bench (tests/benchmarks/run_oip_bench.sh).
 
   PYTHONPATH=<pip --target folder> python_client_bench.py --target 127.0.0.1:PORT \
-      --mode {client,infer} --seq-len 128 --concurrency 1 {--duration 10 | --requests 2000}
+      --mode {client,stub,infer} --seq-len 128 --concurrency 1 {--duration 10 | --requests 2000}
 """
 import argparse
 import json
@@ -41,6 +42,24 @@ def infer_caller(args):
     return call
 
 
+def stub_caller(args):
+    # The Python floor: the generated grpcio stub the package ships, no conversions of its own
+    # beyond what any caller needs (numpy bytes in, a numpy view of the answer out).
+    import grpc
+    from attnserve.v1 import attention_pb2, attention_pb2_grpc
+    channel = grpc.insecure_channel(args.target, options=[
+        ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+    stub = attention_pb2_grpc.AttentionServiceStub(channel)
+
+    def call(x):
+        request = attention_pb2.AttendRequest(model=args.model, raw_output=True)
+        request.input.shape.extend(x.shape)
+        request.input.raw = x.tobytes()
+        response = stub.Attend(request, timeout=30)
+        return np.frombuffer(response.output.raw, dtype="<f4").reshape(x.shape)
+    return call
+
+
 def client_caller(args):
     import attnserve
     client = attnserve.Client(args.target, model=args.model, timeout_s=30)
@@ -50,7 +69,7 @@ def client_caller(args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", required=True)
-    parser.add_argument("--mode", choices=("client", "infer"), default="client")
+    parser.add_argument("--mode", choices=("client", "infer", "stub"), default="client")
     parser.add_argument("--model", default="demo")
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--seq-len", type=int, default=128)
@@ -62,7 +81,8 @@ def main():
     parser.add_argument("--warmup-requests", type=int, default=20)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    call = infer_caller(args) if args.mode == "infer" else client_caller(args)
+    callers = {"client": client_caller, "infer": infer_caller, "stub": stub_caller}
+    call = callers[args.mode](args)
     x = np.random.default_rng(1).standard_normal((args.seq_len, args.d_model)).astype("<f4")
     for _ in range(args.warmup_requests):
         call(x)
