@@ -13,9 +13,9 @@
 // AVX512-BF16) kernel it picks for dense operands — QKᵀ of 8 heads x 128 x 128 took 0.73 ms
 // against 0.023 ms, while copying Q, K and V head-major costs ~0.003 ms each (measured with both
 // layouts on this machine; docs/PERFORMANCE.md, "bf16 attention over dense heads"). So bf16 tiles
-// first reorder their Q, K and V views into dense [batch, heads, rows, d_k] copies in a buffer
-// the caller gives (head_major_bytes()). fp32 matmuls run as fast on the strided views (gemm:jit
-// either way), so f32 tiles copy nothing.
+// first copy their Q, K and V views into dense [batch, heads, rows, d_k] buffers in the space
+// the caller gives (head_major_bytes()), on the calling thread. fp32 matmuls run as fast on the
+// strided views (gemm:jit either way), so f32 tiles copy nothing.
 //
 // AttentionTileCache keeps one AttentionTile per geometry. Not thread-safe. Internal to the core.
 #ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
