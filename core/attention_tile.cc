@@ -5,11 +5,15 @@
 #include <cstring>
 
 #include "core/onednn_support.h"
+#include "core/util/openmp_regions.h"
 
 namespace attnserve::core {
 namespace {
 
 using dt = dnnl::memory::data_type;
+// Elements from which a head-major copy is shared out over the OpenMP team (~64 KiB: below it the
+// team's wake-up costs more than the copy).
+constexpr int64_t kParallelCopy = int64_t{32} << 10;
 using dims = dnnl::memory::dims;
 
 dnnl::primitive_attr UserScratchpad() {
@@ -96,16 +100,19 @@ void AttentionTile::RunStep(dnnl::stream& stream, Step& step, void* scratch) {
 void* AttentionTile::CopyHeads(const Copy& copy, const void* from, void* head_major) const {
   // Row r of head j of sequence i: d_k elements at from + i·batch_stride + r·ld + j·d_k, written
   // to ((i·heads + j)·rows + r)·d_k.
-  const int64_t dk = geometry_.head_dim;
+  const int64_t dk = geometry_.head_dim, heads = geometry_.heads;
   const auto* source = static_cast<const uint16_t*>(from);
   auto* destination = reinterpret_cast<uint16_t*>(static_cast<char*>(head_major) + copy.offset);
-  uint16_t* to = destination;
-  for (int64_t i = 0; i < geometry_.batch; ++i) {
-    for (int64_t j = 0; j < geometry_.heads; ++j) {
-      const uint16_t* row = source + i * copy.batch_stride + j * dk;
-      for (int64_t r = 0; r < copy.rows; ++r, to += dk) {
-        std::memcpy(to, row + r * copy.ld, static_cast<size_t>(dk) * sizeof(uint16_t));
-      }
+  // A whole batch's tile (the executor's batched path) is copied by the team that then runs its
+  // matmuls; inside the executor's per-head region this runs on the calling thread alone.
+  const int64_t planes = geometry_.batch * heads;
+#pragma omp parallel for schedule(static) if (kOwnParallelRegions && planes > 1 && \
+                                              planes * copy.rows * dk >= kParallelCopy)
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const uint16_t* row = source + (plane / heads) * copy.batch_stride + (plane % heads) * dk;
+    uint16_t* to = destination + plane * copy.rows * dk;
+    for (int64_t r = 0; r < copy.rows; ++r, to += dk) {
+      std::memcpy(to, row + r * copy.ld, static_cast<size_t>(dk) * sizeof(uint16_t));
     }
   }
   return destination;

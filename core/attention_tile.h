@@ -14,8 +14,9 @@
 // against 0.023 ms, while copying Q, K and V head-major costs ~0.003 ms each (measured with both
 // layouts on this machine; docs/PERFORMANCE.md, "bf16 attention over dense heads"). So bf16 tiles
 // first copy their Q, K and V views into dense [batch, heads, rows, d_k] buffers in the space
-// the caller gives (head_major_bytes()), on the calling thread. fp32 matmuls run as fast on the
-// strided views (gemm:jit either way), so f32 tiles copy nothing.
+// the caller gives (head_major_bytes()), shared over the OpenMP team when the tile is large and
+// the caller is not already in a parallel region. fp32 matmuls run as fast on the strided views
+// (gemm:jit either way), so f32 tiles copy nothing.
 //
 // AttentionTileCache keeps one AttentionTile per geometry. Not thread-safe. Internal to the core.
 #ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
