@@ -43,27 +43,27 @@ char* AllocateFloats(v1::Tensor* tensor, int64_t count, const AttendWork& work) 
 
 void FillOutput(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
   tensor->Clear();
-  for (int64_t dim : conversion_internal::OutputShape(work)) tensor->add_shape(dim);
+  const std::vector<int64_t> shape = conversion_internal::OutputShape(work);
+  tensor->mutable_shape()->Add(shape.begin(), shape.end());
   if (Unpadded(work)) {
     conversion_internal::AssignFloats(result.output, work.raw_output, work.raw_output_format,
                                       tensor);
     return;
   }
-  char* destination = AllocateFloats(
-      tensor, conversion_internal::ElementCount(conversion_internal::OutputShape(work)), work);
+  char* destination = AllocateFloats(tensor, conversion_internal::ElementCount(shape), work);
   conversion_internal::WritePaddedOutput(work, result, destination);
 }
 
 void FillWeights(const AttendWork& work, const AttendResult& result, v1::Tensor* tensor) {
   tensor->Clear();
-  for (int64_t dim : conversion_internal::WeightsShape(work)) tensor->add_shape(dim);
+  const std::vector<int64_t> shape = conversion_internal::WeightsShape(work);
+  tensor->mutable_shape()->Add(shape.begin(), shape.end());
   if (Unpadded(work)) {
     conversion_internal::AssignFloats(result.weights, work.raw_output, work.raw_output_format,
                                       tensor);
     return;
   }
-  char* destination = AllocateFloats(
-      tensor, conversion_internal::ElementCount(conversion_internal::WeightsShape(work)), work);
+  char* destination = AllocateFloats(tensor, conversion_internal::ElementCount(shape), work);
   conversion_internal::WritePaddedWeights(work, result, destination);
 }
 

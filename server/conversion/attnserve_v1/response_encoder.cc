@@ -47,15 +47,11 @@ absl::StatusOr<AttendResponseEncoder> AttendResponseEncoder::Create(const Attend
 
 AttendResponseEncoder::AttendResponseEncoder(const AttendWork& work, const AttendResult& result)
     : work_(&work), result_(&result) {
-  std::vector<int64_t> output_shape = conversion_internal::OutputShape(work);
-  const int64_t output_elements = conversion_internal::ElementCount(output_shape);
-  output_ = Plan(v1::AttendResponse::kOutputFieldNumber, std::move(output_shape), output_elements);
+  output_ = Plan(v1::AttendResponse::kOutputFieldNumber, conversion_internal::OutputShape(work));
   size_ = FieldBytes(output_);
   if (work.return_weights) {
-    std::vector<int64_t> weights_shape = conversion_internal::WeightsShape(work);
-    const int64_t weights_elements = conversion_internal::ElementCount(weights_shape);
     weights_ =
-        Plan(v1::AttendResponse::kWeightsFieldNumber, std::move(weights_shape), weights_elements);
+        Plan(v1::AttendResponse::kWeightsFieldNumber, conversion_internal::WeightsShape(work));
     size_ += FieldBytes(weights_);
   }
   conversion_internal::FillAnswerFields(work, result, &rest_);
@@ -64,19 +60,20 @@ AttendResponseEncoder::AttendResponseEncoder(const AttendWork& work, const Atten
 }
 
 AttendResponseEncoder::TensorPlan AttendResponseEncoder::Plan(int field_number,
-                                                              std::vector<int64_t> shape,
-                                                              int64_t elements) const {
+                                                              std::vector<int64_t> shape) const {
   TensorPlan plan;
   plan.field_number = field_number;
   for (int64_t dim : shape) plan.shape_bytes += CodedOutputStream::VarintSize64(dim);
-  plan.shape = std::move(shape);
   plan.data_field = work_->raw_output ? kRawField : kValuesField;
   plan.data_bytes =
-      static_cast<size_t>(elements * FloatFormatBytes(conversion_internal::AnswerFormat(*work_)));
+      static_cast<size_t>(conversion_internal::ElementCount(shape) *
+                          FloatFormatBytes(conversion_internal::AnswerFormat(*work_)));
+  plan.shape = std::move(shape);
   plan.dtype = work_->raw_output ? static_cast<int>(work_->raw_output_format) : 0;
   // Empty fields are not written, as protobuf's serialiser leaves them out.
-  if (plan.shape_bytes > 0)
+  if (plan.shape_bytes > 0) {
     plan.message_bytes += LengthDelimitedBytes(kShapeField, plan.shape_bytes);
+  }
   if (plan.data_bytes > 0) {
     plan.message_bytes += LengthDelimitedBytes(plan.data_field, plan.data_bytes);
   }

@@ -46,7 +46,7 @@ class AttendResponseEncoder {
   };
 
   AttendResponseEncoder(const AttendWork& work, const AttendResult& result);
-  TensorPlan Plan(int field_number, std::vector<int64_t> shape, int64_t elements) const;
+  TensorPlan Plan(int field_number, std::vector<int64_t> shape) const;
   static size_t FieldBytes(const TensorPlan& plan);
   uint8_t* EncodeTensor(const TensorPlan& plan, bool weights, uint8_t* target) const;
 
