@@ -47,7 +47,9 @@ struct ExecutorOptions {
   // as the matmuls' M shrinks.
   int64_t head_tile_bytes = 0;
   // oneDNN primitives kept per kind (projections, attention tiles) before the least recently
-  // used is dropped. Each distinct batch shape costs one entry (~50 µs to create).
+  // used is dropped (~50 µs to create one again). Projections run their rows in pieces from a
+  // fixed set of sizes, so they need at most 95 per weight matrix for up to 8,192 rows whatever
+  // the batch sizes; attention tiles need one per (sequences, rows, keys) shape.
   size_t max_cached_shapes = 512;
 };
 

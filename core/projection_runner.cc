@@ -6,7 +6,15 @@ namespace attnserve::core {
 namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
+
+size_t ElementBytes(dt type) { return type == dt::bf16 ? 2 : 4; }
 }  // namespace
+
+int64_t FirstRowPiece(int64_t m) {
+  if (m < 64) return m;
+  const int64_t granule = m >= 4096 ? 1024 : m >= 1024 ? 256 : 64;
+  return m / granule * granule;
+}
 
 ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatrix& weights) {
   const dnnl::engine& engine = CpuEngine();
@@ -37,8 +45,27 @@ ProjectionRunner::Entry ProjectionRunner::Build(const Key& key, const PackedMatr
 absl::Status ProjectionRunner::Run(const void* src, int64_t m, const PackedMatrix& weights,
                                    std::span<const float> bias, void* dst, dnnl::stream& stream,
                                    AlignedBuffer& scratchpad, dnnl::memory::data_type dst_type) {
+  const size_t src_row_bytes =
+      static_cast<size_t>(weights.rows) * ElementBytes(weights.data_type());
+  const size_t dst_row_bytes = static_cast<size_t>(weights.cols) * ElementBytes(dst_type);
+  for (int64_t row = 0, piece = 0; row < m; row += piece) {
+    piece = FirstRowPiece(m - row);
+    const Key key{piece, weights.rows, weights.cols, !bias.empty(), weights.data_type(), dst_type};
+    const auto* piece_src =
+        static_cast<const char*>(src) + static_cast<size_t>(row) * src_row_bytes;
+    auto* piece_dst = static_cast<char*>(dst) + static_cast<size_t>(row) * dst_row_bytes;
+    if (auto s = RunPiece(key, piece_src, weights, bias, piece_dst, stream, scratchpad); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProjectionRunner::RunPiece(const Key& key, const void* src,
+                                        const PackedMatrix& weights, std::span<const float> bias,
+                                        void* dst, dnnl::stream& stream,
+                                        AlignedBuffer& scratchpad) {
   try {
-    const Key key{m, weights.rows, weights.cols, !bias.empty(), weights.data_type(), dst_type};
     Entry* e = cache_.Find(key);
     if (e == nullptr) e = cache_.Insert(key, Build(key, weights));
     float* scratch = scratchpad.Reserve(e->scratchpad_bytes / sizeof(float) + 1);

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <dnnl.hpp>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <span>
@@ -306,6 +307,76 @@ void RegisterShapeChurn() {
   }
 }
 
+// Resident memory of this process, in MiB (VmRSS).
+double ResidentMiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+
+// Traffic with many batch shapes, as a server sees it: kBatches ragged batches of 1-4 sequences
+// of 8-256 rows each (the soak's mix), one executor. The set-up pass creates the primitives of
+// every shape; `shape_state_MiB` is the resident memory it added (what per-shape caches cost),
+// and the timed loop runs the same batches again.
+void RunShapeVariety(benchmark::State& state, core::ComputeType type) {
+  constexpr int kBatches = 600;
+  constexpr int64_t kD = 512;
+  core::AttentionConfig config{.d_model = kD, .num_heads = 8, .compute_type = type};
+  auto layer = core::AttentionLayer::Create(config, core::MakeRandomWeights(config, kWeightSeed));
+  if (!layer.ok()) {
+    state.SkipWithError(layer.status().ToString().c_str());
+    return;
+  }
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<int64_t>> offsets(kBatches);
+  for (auto& o : offsets)
+    o = Offsets(std::vector<int64_t>(std::uniform_int_distribution<size_t>(1, 4)(rng), 0));
+  for (auto& o : offsets) {
+    for (size_t i = 1; i < o.size(); ++i) {
+      o[i] = o[i - 1] + std::uniform_int_distribution<int64_t>(8, 256)(rng);
+    }
+  }
+  const std::vector<float> rows = RandomRows(4 * 256, kD, 1);
+  std::vector<float> output(rows.size());
+  core::AttentionExecutor executor({.compute_threads = 2});
+  auto forward = [&](const std::vector<int64_t>& o) {
+    const size_t values = static_cast<size_t>(o.back() * kD);
+    const core::AttentionInputs in{.query = {.data = std::span(rows).first(values), .offsets = o}};
+    return executor.Forward(**layer, in, {.output = std::span(output).first(values)});
+  };
+  const double before = ResidentMiB();
+  for (const auto& o : offsets) {
+    if (absl::Status s = forward(o); !s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      return;
+    }
+  }
+  state.counters["shape_state_MiB"] = ResidentMiB() - before;
+  size_t i = 0;
+  for (auto _ : state) {
+    if (absl::Status s = forward(offsets[i++ % offsets.size()]); !s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+}
+
+void RegisterShapeVariety() {
+  for (core::ComputeType type : {core::ComputeType::kFloat32, core::ComputeType::kBFloat16}) {
+    const std::string name =
+        std::string("BM_ShapeVariety/batches:600/d:512/h:8/threads:2/compute:") +
+        (type == core::ComputeType::kFloat32 ? "fp32" : "bf16");
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [type](benchmark::State& state) { RunShapeVariety(state, type); })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 void RegisterAll() {
   const std::vector<int> kThreads{1, 2};
   struct Shape {
@@ -347,6 +418,7 @@ void RegisterAll() {
 
   // What a never-seen batch shape costs (primitive creation).
   RegisterShapeChurn();
+  RegisterShapeVariety();
 
   // The double-precision reference (single-threaded plain loops), smallest case only.
   for (bool causal : {false, true}) RegisterReference(Uniform(1, 128, 512, 8, causal));
