@@ -208,6 +208,111 @@ class PackageTest(unittest.TestCase):
         for output in asyncio.run(run()):
             np.testing.assert_allclose(output, self.local(x[None])[0][0], atol=1e-4)
 
+    def causal(self, x):
+        """torch's causal self-attention of the [T, d] rows x."""
+        mask = torch.triu(torch.ones(len(x), len(x), dtype=torch.bool), diagonal=1)
+        return self.local(x[None], attn_mask=mask)[0][0]
+
+    def test_decode_session_prefill_then_steps_match_causal_torch(self):
+        x = np.random.default_rng(11).standard_normal((9, D_MODEL)).astype(np.float32)
+        with self.client.decode(model="mha") as session:
+            self.assertEqual((session.model, session.version), ("mha", 1))
+            prefilled = session.prefill(x[:5])
+            stepped = [session.step(row) for row in x[5:]]
+        self.assertTrue(session.closed)
+        self.assertEqual(prefilled.shape, (5, D_MODEL))
+        self.assertEqual(stepped[0].shape, (D_MODEL,))
+        np.testing.assert_allclose(np.concatenate([prefilled, np.stack(stepped)]),
+                                   self.causal(x), atol=1e-4)
+
+    def test_decode_stream_steps_many_sessions_in_one_message(self):
+        rng = np.random.default_rng(12)
+        x = rng.standard_normal((6, 4, D_MODEL)).astype(np.float32)  # 6 sessions, 4 rows each
+        with self.client.decode_stream() as stream:
+            sessions = [stream.open("mha") for _ in range(len(x))]
+            self.assertEqual(len({s.tag for s in sessions}), len(x))
+            outputs = [stream.step_all([(s, x[i, t]) for i, s in enumerate(sessions)])
+                       for t in range(x.shape[1])]
+            stream.close_sessions(sessions[:2])
+            self.assertTrue(sessions[0].closed and not sessions[2].closed)
+        for i in range(len(x)):
+            np.testing.assert_allclose(np.stack([o[i] for o in outputs]), self.causal(x[i]),
+                                       atol=1e-4)
+
+    def test_decode_with_encoder_memory_matches_cross_attention(self):
+        rng = np.random.default_rng(13)
+        memory = rng.standard_normal((7, D_MODEL)).astype(np.float32)
+        x = rng.standard_normal((3, D_MODEL)).astype(np.float32)
+        with self.client.decode(model="mha", memory=memory) as session:
+            got = np.stack([session.step(row) for row in x])
+        np.testing.assert_allclose(got, self.local(x[None], memory[None])[0][0], atol=1e-4)
+
+    def test_decode_errors_name_the_problem_and_keep_the_session(self):
+        error = self.attnserve.AttnserveError
+        with self.assertRaises(error) as caught:
+            self.client.decode(model="no-such-model")
+        self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("no-such-model", caught.exception.message)
+        x = np.random.default_rng(14).standard_normal((3, D_MODEL)).astype(np.float32)
+        with self.client.decode_stream() as stream:
+            good, other = stream.open("mha"), stream.open("mha")
+            with self.assertRaises(error) as caught:
+                stream.step_all([(good, x[0]), (other, np.zeros(D_MODEL + 1, np.float32))])
+            self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(str(D_MODEL), caught.exception.message)
+            first, failed = caught.exception.results
+            self.assertIsInstance(failed, error)
+            # The good item was applied, the failed one appended nothing.
+            np.testing.assert_allclose(np.stack([first, good.step(x[1])]), self.causal(x[:2]),
+                                       atol=1e-4)
+            np.testing.assert_allclose(other.step(x[0]), self.causal(x[:1])[0], atol=1e-4)
+            good.close()
+            with self.assertRaises(ValueError):
+                good.step(x[2])
+        with self.assertRaises(ValueError):
+            stream.open("mha")
+
+    def test_async_decode_sessions_step_concurrently(self):
+        x = np.random.default_rng(15).standard_normal((4, 5, D_MODEL)).astype(np.float32)
+
+        async def decode(stream, rows):
+            async with await stream.open("mha") as session:
+                first = await session.prefill(rows[:2])
+                rest = [await session.step(row) for row in rows[2:]]
+                return np.concatenate([first, np.stack(rest)])
+
+        async def run():
+            async with self.attnserve.AsyncClient(self.server.target) as client:
+                async with client.decode_stream() as stream:
+                    shared = await asyncio.gather(*(decode(stream, rows) for rows in x))
+                async with await client.decode(model="mha") as own:
+                    alone = await own.prefill(x[0])
+                return shared, alone
+
+        shared, alone = asyncio.run(run())
+        for rows, got in zip(x, shared):
+            np.testing.assert_allclose(got, self.causal(rows), atol=1e-4)
+        np.testing.assert_allclose(alone, self.causal(x[0]), atol=1e-4)
+
+    def test_remote_causal_decoder_matches_torch_over_the_whole_sequence(self):
+        torch.manual_seed(6)
+        x = torch.randn(3, 8, D_MODEL)  # batch_first
+        mask = torch.triu(torch.ones(8, 8, dtype=torch.bool), diagonal=1)
+        with torch.no_grad():
+            expected, _ = self.mha(x, x, x, attn_mask=mask)
+        with self.remote.RemoteCausalDecoder(D_MODEL, model="mha", client=self.client,
+                                             batch_first=True) as decoder:
+            with torch.no_grad():
+                pieces = [decoder(x[:, :3]), decoder(x[:, 3:4]), decoder(x[:, 4:])]
+            torch.testing.assert_close(torch.cat(pieces, dim=1), expected, atol=1e-4, rtol=0)
+            decoder.reset()  # a new sequence, here unbatched and in float64
+            with torch.no_grad():
+                again = decoder(x[0, :4].double())
+            self.assertEqual(again.dtype, torch.float64)
+            torch.testing.assert_close(again.float(), expected[0, :4], atol=1e-4, rtol=0)
+            with self.assertRaises(ValueError):
+                decoder(x[:, :1])  # three sequences while the decoder holds one
+
     def test_remote_module_parity(self):
         remote = self.remote.RemoteMultiheadAttention(D_MODEL, HEADS, client=self.client,
                                                       model="mha")

@@ -5,8 +5,12 @@
         y = client.attend(np.random.rand(2, 16, 512).astype(np.float32), causal=True)
 
 Client (blocking) and AsyncClient (asyncio) take and return numpy arrays; errors raise
-AttnserveError with the gRPC code and message. attnserve.torch holds RemoteMultiheadAttention.
+AttnserveError with the gRPC code and message. Client.decode() / decode_stream() open decoding
+sessions that keep their keys and values on the server (attnserve.decoding). attnserve.torch
+holds RemoteMultiheadAttention and RemoteCausalDecoder.
 """
 from attnserve.client import AsyncClient, AttnserveError, Client, ModelInfo
+from attnserve.decoding import AsyncDecodeSession, AsyncDecodeStream, DecodeSession, DecodeStream
 
-__all__ = ["AsyncClient", "AttnserveError", "Client", "ModelInfo"]
+__all__ = ["AsyncClient", "AsyncDecodeSession", "AsyncDecodeStream", "AttnserveError", "Client",
+           "DecodeSession", "DecodeStream", "ModelInfo"]

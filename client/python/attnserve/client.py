@@ -1,4 +1,5 @@
-"""Client and AsyncClient: attnserve.v1's Attend, ListModels, GetModel and gRPC health.
+"""Client and AsyncClient: attnserve.v1's Attend, Decode sessions (attnserve.decoding), ListModels,
+GetModel and gRPC health.
 
 Tensors travel as raw little-endian bytes (Tensor.raw): float32, or with wire_dtype "bf16" / "f16"
 at 2 bytes per element both ways (rounded to nearest, ties to even; answers come back as float32
@@ -329,6 +330,29 @@ class Client:
         response = self._call(self._stub.Attend, call.request, timeout_s)
         return _answer(call, response, return_weights)
 
+    def decode_stream(self, timeout_s=None, wire_dtype=None):
+        """A Decode stream for many sessions (attnserve.decoding.DecodeStream). timeout_s: the
+        whole stream's deadline (default none: not the client's per-call timeout_s). Streams are
+        not retried: a failed one fails its calls with AttnserveError."""
+        from attnserve import decoding
+        return decoding.DecodeStream(self._stub, timeout_s, wire_dtype or self.wire_dtype,
+                                     self._tls)
+
+    def decode(self, model=None, memory=None, expected_version=0, timeout_s=None,
+               wire_dtype=None):
+        """A decoding session on a stream of its own (attnserve.decoding.DecodeSession:
+        prefill(rows), step(row), close(); a context manager). memory: an encoder output [S, d]
+        to attend over (cross-attention); else each row attends causally over the session's rows.
+        timeout_s: as decode_stream's."""
+        from attnserve import decoding
+        stream = self.decode_stream(timeout_s, wire_dtype)
+        try:
+            return stream.open(self.model if model is None else model, memory, expected_version,
+                               _kind=decoding._OwnStreamSession)
+        except BaseException:
+            stream.close()
+            raise
+
     def models(self, timeout_s=None):
         """Every serving model, sorted by name."""
         response = self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout_s)
@@ -394,6 +418,24 @@ class AsyncClient:
                                request_id, wire_dtype or self.wire_dtype)
         response = await self._call(self._stub.Attend, call.request, timeout_s)
         return _answer(call, response, return_weights)
+
+    def decode_stream(self, timeout_s=None, wire_dtype=None):
+        """Client.decode_stream's asyncio twin (attnserve.decoding.AsyncDecodeStream): its
+        methods are coroutines, and coroutines of this loop may step concurrently."""
+        from attnserve import decoding
+        return decoding.AsyncDecodeStream(self._stub, timeout_s, wire_dtype or self.wire_dtype,
+                                          self._tls)
+
+    async def decode(self, model=None, memory=None, expected_version=0, timeout_s=None,
+                     wire_dtype=None):
+        """Client.decode's asyncio twin: an AsyncDecodeSession on a stream of its own."""
+        stream = self.decode_stream(timeout_s, wire_dtype)
+        try:
+            return await stream.open(self.model if model is None else model, memory,
+                                     expected_version, _own_stream=True)
+        except BaseException:
+            await stream.close()
+            raise
 
     async def models(self, timeout_s=None):
         response = await self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout_s)

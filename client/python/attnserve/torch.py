@@ -1,4 +1,5 @@
-"""RemoteMultiheadAttention: a drop-in torch.nn.MultiheadAttention computed by attnserve.
+"""RemoteMultiheadAttention: a drop-in torch.nn.MultiheadAttention computed by attnserve;
+RemoteCausalDecoder: the same layer's causal self-attention, decoded incrementally.
 
 The server holds the weights (export the local module with tools/export_torch.py); this module
 holds none. Its forward has nn.MultiheadAttention's signature and returns the same values (to
@@ -98,3 +99,70 @@ class RemoteMultiheadAttention(torch.nn.Module):
         if unbatched:
             weights = weights.squeeze(0)
         return output, weights.to(**like)
+
+
+class RemoteCausalDecoder(torch.nn.Module):
+    """Causal self-attention of `model` computed incrementally by attnserve: one decoding session
+    per sequence of the batch keeps the keys and values on the server, so each forward sends
+    only the new rows. forward(x) takes the new rows — [N, T_new, E] with batch_first, else
+    [T_new, N, E], or unbatched [T_new, E] — and returns their attention output in x's layout,
+    dtype and device: what nn.MultiheadAttention over the whole sequence so far with a causal
+    mask gives for those rows. The batch size stays fixed until reset(), which ends the
+    sessions (the next forward starts new sequences). close() (or `with`) also ends the stream.
+    No attention weights (the server's decode path does not return them), no gradients."""
+
+    def __init__(self, embed_dim, target=None, model="", batch_first=False, client=None,
+                 timeout_s=None):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.batch_first = batch_first
+        self.model = model
+        self._own_client = client is None
+        self._client = client if client is not None else Client(target)
+        self._timeout_s = timeout_s
+        self._stream = None
+        self._sessions = []
+
+    def forward(self, x):
+        unbatched = x.dim() == 2
+        rows = x.unsqueeze(0) if unbatched else (x if self.batch_first else x.transpose(0, 1))
+        if rows.dim() != 3 or rows.shape[-1] != self.embed_dim:
+            raise ValueError(f"x: expected [N, T, {self.embed_dim}] (or [T, N, ...], or "
+                             f"[T, {self.embed_dim}]), got {tuple(x.shape)}")
+        if self._sessions and len(self._sessions) != rows.shape[0]:
+            raise ValueError(f"x: {rows.shape[0]} sequences, but this decoder holds "
+                             f"{len(self._sessions)} until reset()")
+        if self._stream is None:
+            self._stream = self._client.decode_stream(self._timeout_s)
+        while len(self._sessions) < rows.shape[0]:
+            self._sessions.append(self._stream.open(self.model))
+        values = rows.detach().cpu().float().numpy()
+        outputs = self._stream.step_all(list(zip(self._sessions, values)))
+        output = torch.from_numpy(np.stack(outputs)).to(device=x.device, dtype=x.dtype)
+        if unbatched:
+            return output.squeeze(0)
+        return output if self.batch_first else output.transpose(0, 1)
+
+    def reset(self):
+        """Ends the sessions: the next forward starts new sequences."""
+        sessions, self._sessions = self._sessions, []
+        if self._stream is not None and sessions:
+            self._stream.close_sessions(sessions)
+
+    def close(self):
+        """Ends the sessions and the stream (and the client, if this module made it)."""
+        try:
+            self.reset()
+        finally:
+            if self._stream is not None:
+                self._stream.close()
+                self._stream = None
+            if self._own_client:
+                self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
