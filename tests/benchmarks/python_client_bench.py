@@ -5,9 +5,14 @@ Python client's floor), or the Open Inference Protocol's ModelInfer (stubs gener
 proto/inference at start), same inputs, bounded in time or in requests. Prints requests/s and
 latency percentiles and mean (ms), or one JSON object with --json. For comparing the protocols,
 and the Python client against attnserve-cli bench (tests/benchmarks/run_oip_bench.sh).
+--mode decode: the package's decoding sessions, as attnserve-cli bench --sessions N --context C
+--steps S --clients 1 runs them: N sessions on one stream, each prefilled with C rows, then S
+rounds of one message stepping every session by one row; prints tokens/s of the rounds.
 
   PYTHONPATH=<pip --target folder> python_client_bench.py --target 127.0.0.1:PORT \
       --mode {client,stub,infer} --seq-len 128 --concurrency 1 {--duration 10 | --requests 2000}
+  PYTHONPATH=... python_client_bench.py --target ... --mode decode --sessions 64 --context 128 \
+      --steps 200
 """
 import argparse
 import json
@@ -66,10 +71,42 @@ def client_caller(args):
     return client.attend
 
 
+def run_decode(args):
+    import attnserve
+    rng = np.random.default_rng(1)
+    prompt = rng.standard_normal((args.context, args.d_model)).astype("<f4")
+    rows = rng.standard_normal((args.sessions, args.d_model)).astype("<f4")
+    with attnserve.Client(args.target) as client, client.decode_stream() as stream:
+        sessions = [stream.open(args.model) for _ in range(args.sessions)]
+        stream.step_all([(s, prompt) for s in sessions])
+        for _ in range(min(args.warmup_requests, 5)):
+            stream.step_all(list(zip(sessions, rows)))
+        rounds, began, began_cpu = [], time.monotonic(), time.process_time()
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            stream.step_all(list(zip(sessions, rows)))
+            rounds.append(time.perf_counter() - start)
+        elapsed, cpu_s = time.monotonic() - began, time.process_time() - began_cpu
+        stream.close_sessions(sessions)
+    ms = np.array(rounds) * 1e3
+    report = {"mode": "decode", "sessions": args.sessions, "context": args.context,
+              "steps": args.steps, "tokens_per_s": args.sessions * args.steps / elapsed,
+              "round_ms": {"p50": float(np.percentile(ms, 50)),
+                           "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean())},
+              "client_cpu_s": cpu_s}
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"mode=decode sessions={args.sessions} context={args.context} steps={args.steps} "
+          f"tokens_per_s={report['tokens_per_s']:.0f} round_p50={report['round_ms']['p50']:.3f} "
+          f"round_p99={report['round_ms']['p99']:.3f} "
+          f"client_cpu_us_per_round={1e6 * cpu_s / args.steps:.0f}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", required=True)
-    parser.add_argument("--mode", choices=("client", "infer", "stub"), default="client")
+    parser.add_argument("--mode", choices=("client", "infer", "stub", "decode"), default="client")
     parser.add_argument("--model", default="demo")
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--seq-len", type=int, default=128)
@@ -80,7 +117,13 @@ def main():
                         help="stop after this many requests in all (0 = run --duration)")
     parser.add_argument("--warmup-requests", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--sessions", type=int, default=64, help="decode mode")
+    parser.add_argument("--context", type=int, default=128, help="decode mode: prompt rows")
+    parser.add_argument("--steps", type=int, default=200, help="decode mode: rounds")
     args = parser.parse_args()
+    if args.mode == "decode":
+        run_decode(args)
+        return
     callers = {"client": client_caller, "infer": infer_caller, "stub": stub_caller}
     call = callers[args.mode](args)
     x = np.random.default_rng(1).standard_normal((args.seq_len, args.d_model)).astype("<f4")
