@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -271,6 +272,18 @@ class PackageTest(unittest.TestCase):
                 good.step(x[2])
         with self.assertRaises(ValueError):
             stream.open("mha")
+
+    def test_a_failed_stream_fails_its_calls_and_closes_quietly(self):
+        row = np.zeros(D_MODEL, np.float32)
+        with self.client.decode(model="mha", timeout_s=0.2) as session:
+            give_up = time.monotonic() + 20  # steps succeed until the stream's deadline passes
+            with self.assertRaises(self.attnserve.AttnserveError) as caught:
+                while time.monotonic() < give_up:
+                    session.step(row)
+            self.assertEqual(caught.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+            with self.assertRaises(self.attnserve.AttnserveError):
+                session.step(row)
+        self.assertTrue(session.closed)  # leaving the block raised nothing
 
     def test_async_decode_sessions_step_concurrently(self):
         x = np.random.default_rng(15).standard_normal((4, 5, D_MODEL)).astype(np.float32)

@@ -206,9 +206,13 @@ class DecodeStream:
         return self._messages.stepped(self._exchange(request), shapes)
 
     def close_sessions(self, sessions):
-        """Closes `sessions` (of this stream) in one message."""
+        """Closes `sessions` (of this stream) in one message. On a stream that failed or ended,
+        the server has freed them already: they are only marked closed."""
         sessions = [s for s in sessions if not s.closed]
-        if sessions:
+        if self._messages.error is not None or self._ended:
+            for session in sessions:
+                session.closed = True
+        elif sessions:
             self._messages.closed(self._exchange(self._messages.close_request(sessions)),
                                   sessions)
 
@@ -309,7 +313,10 @@ class AsyncDecodeStream:
     async def close_sessions(self, sessions):
         sessions = [getattr(s, "_session", s) for s in sessions]
         sessions = [s for s in sessions if not s.closed]
-        if sessions:
+        if self._messages.error is not None or self._ended:
+            for session in sessions:
+                session.closed = True
+        elif sessions:
             response = await self._exchange(self._messages.close_request(sessions))
             self._messages.closed(response, sessions)
 
