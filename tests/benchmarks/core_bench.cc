@@ -331,13 +331,14 @@ void RunShapeVariety(benchmark::State& state, core::ComputeType type) {
     return;
   }
   std::mt19937_64 rng(7);
-  std::vector<std::vector<int64_t>> offsets(kBatches);
-  for (auto& o : offsets)
-    o = Offsets(std::vector<int64_t>(std::uniform_int_distribution<size_t>(1, 4)(rng), 0));
-  for (auto& o : offsets) {
-    for (size_t i = 1; i < o.size(); ++i) {
-      o[i] = o[i - 1] + std::uniform_int_distribution<int64_t>(8, 256)(rng);
-    }
+  // Every batch's sequence count first, then their lengths (the order the figures were taken in).
+  std::vector<size_t> counts(kBatches);
+  for (size_t& count : counts) count = std::uniform_int_distribution<size_t>(1, 4)(rng);
+  std::vector<std::vector<int64_t>> offsets;
+  for (size_t count : counts) {
+    std::vector<int64_t> lengths(count);
+    for (int64_t& n : lengths) n = std::uniform_int_distribution<int64_t>(8, 256)(rng);
+    offsets.push_back(Offsets(lengths));
   }
   const std::vector<float> rows = RandomRows(4 * 256, kD, 1);
   std::vector<float> output(rows.size());
