@@ -32,7 +32,8 @@ prometheus::ClientMetric GaugeSample(const std::string& model, double value) {
 
 std::string_view MethodName(Method method) {
   static constexpr std::string_view kNames[kNumMethods] = {
-      "Attend", "AttendStream", "ListModels", "GetModel", "ModelInfer", "ModelMetadata", "Decode"};
+      "Attend",     "AttendStream",  "ListModels", "GetModel",
+      "ModelInfer", "ModelMetadata", "Decode",     "RestInfer"};
   return kNames[static_cast<int>(method)];
 }
 

@@ -57,9 +57,10 @@ enum class Method {
   kGetModel,
   kModelInfer,
   kModelMetadata,
-  kDecode
+  kDecode,
+  kRestInfer  // The Open Inference Protocol's REST infer (POST /v2/models/{name}/infer).
 };
-inline constexpr int kNumMethods = 7;
+inline constexpr int kNumMethods = 8;
 std::string_view MethodName(Method method);
 // gRPC's name of `code` ("OK", "INVALID_ARGUMENT", ...).
 std::string StatusCodeName(grpc::StatusCode code);

@@ -73,12 +73,22 @@ absl::Status AttendSubmitter::Submit(const v1::AttendRequest& request,
   absl::StatusOr<AttendWork> work = ParseAttendRequest(request, route->model, route->limits);
   if (!work.ok()) return work.status();
   if (response_bytes != nullptr) *response_bytes = work->response_bytes();
-  return Schedule(*route, *std::move(work), context, std::move(done));
+  return Schedule(*route, *std::move(work), BoundsOf(context), std::move(done));
+}
+
+AttendSubmitter::CallBounds AttendSubmitter::BoundsOf(grpc::CallbackServerContext* context) const {
+  return {.deadline_us = DeadlineMicros(*context),
+          .cancelled = [context] { return context->IsCancelled(); }};
 }
 
 absl::Status AttendSubmitter::SubmitParsed(std::string_view model_name, const ParseFunction& parse,
                                            grpc::CallbackServerContext* context,
                                            AttendTask::DoneCallback done) {
+  return SubmitParsed(model_name, parse, BoundsOf(context), std::move(done));
+}
+
+absl::Status AttendSubmitter::SubmitParsed(std::string_view model_name, const ParseFunction& parse,
+                                           CallBounds bounds, AttendTask::DoneCallback done) {
   if (draining()) {
     return DrainingError();
   }
@@ -86,17 +96,15 @@ absl::Status AttendSubmitter::SubmitParsed(std::string_view model_name, const Pa
   if (!route.ok()) return route.status();
   absl::StatusOr<AttendWork> work = parse(*route);
   if (!work.ok()) return work.status();
-  return Schedule(*route, *std::move(work), context, std::move(done));
+  return Schedule(*route, *std::move(work), std::move(bounds), std::move(done));
 }
 
-absl::Status AttendSubmitter::Schedule(const ModelRoute& route, AttendWork work,
-                                       grpc::CallbackServerContext* context,
+absl::Status AttendSubmitter::Schedule(const ModelRoute& route, AttendWork work, CallBounds bounds,
                                        AttendTask::DoneCallback done) {
   // Copied first: once scheduled, the answer may finish the call and free the request.
   const std::string request_id = work.request_id;
-  auto task = std::make_unique<AttendTask>(
-      std::move(work), DeadlineMicros(*context), [context] { return context->IsCancelled(); },
-      std::move(done));
+  auto task = std::make_unique<AttendTask>(std::move(work), bounds.deadline_us,
+                                           std::move(bounds.cancelled), std::move(done));
   absl::Status scheduled = route.queue->Schedule(&task);
   if (!scheduled.ok()) {
     // The queue did not take the task: it must not answer through `done` (the caller answers).

@@ -53,6 +53,16 @@ class AttendSubmitter {
   absl::Status SubmitParsed(std::string_view model_name, const ParseFunction& parse,
                             grpc::CallbackServerContext* context, AttendTask::DoneCallback done);
 
+  // A call's bounds, for protocols without a gRPC context (REST): its deadline on the scheduler
+  // clock (INT64_MAX = none) and whether the caller has gone.
+  struct CallBounds {
+    int64_t deadline_us = INT64_MAX;
+    AttendTask::CancelledCheck cancelled = [] { return false; };
+  };
+  // As SubmitParsed with a context, for a call bounded by `bounds`.
+  absl::Status SubmitParsed(std::string_view model_name, const ParseFunction& parse,
+                            CallBounds bounds, AttendTask::DoneCallback done);
+
   // Starts timing a request for `model_name` as sent ("" = the default model).
   RequestMeter StartMeter(metrics::Method method, std::string_view model_name) const;
 
@@ -73,8 +83,10 @@ class AttendSubmitter {
 
  private:
   // Schedules validated `work` in `route`'s queue (shared tail of Submit and SubmitParsed).
-  absl::Status Schedule(const ModelRoute& route, AttendWork work,
-                        grpc::CallbackServerContext* context, AttendTask::DoneCallback done);
+  absl::Status Schedule(const ModelRoute& route, AttendWork work, CallBounds bounds,
+                        AttendTask::DoneCallback done);
+  // The bounds of a gRPC call.
+  CallBounds BoundsOf(grpc::CallbackServerContext* context) const;
   // The deadline of `context` on the scheduler clock (INT64_MAX when none).
   int64_t DeadlineMicros(const grpc::CallbackServerContext& context) const;
 
