@@ -1,0 +1,56 @@
+// RestInfer: one REST infer on its way through the runtime, for the HTTP edge (server/http/),
+// which sees no protocol messages: the body parsed (rest_conversion.h), the work for the model it
+// was routed to (oip::ParseModelInferRequest, exactly as gRPC's ModelInfer), and the answer in
+// REST form. Also the metadata endpoints' bodies.
+//
+// Not thread-safe: one call at a time (Answer may run on another thread than Parse, after it).
+#ifndef ATTNSERVE_SERVER_CONVERSION_OIP_REST_REST_INFER_H_
+#define ATTNSERVE_SERVER_CONVERSION_OIP_REST_REST_INFER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/model/model.h"
+#include "server/conversion/oip_rest/rest_conversion.h"
+#include "server/runtime/attend_work.h"
+#include "server/runtime/model_router.h"
+
+namespace attnserve::server::oip_rest {
+
+class RestInfer {
+ public:
+  // Parses `body` for the model and version of the URL; `header_length` is the
+  // Inference-Header-Content-Length header (null when absent). Errors as ParseInferRequest's
+  // and ParseHeaderLength's.
+  static absl::StatusOr<std::unique_ptr<RestInfer>> Parse(std::string_view model_name,
+                                                          std::string_view version,
+                                                          std::string_view body,
+                                                          const std::string* header_length);
+  ~RestInfer();
+  RestInfer(const RestInfer&) = delete;
+  RestInfer& operator=(const RestInfer&) = delete;
+
+  // The work for `route`'s model: oip::ParseModelInferRequest's checks and errors. Moves the
+  // tensors' data: call once.
+  absl::StatusOr<AttendWork> ToWork(const ModelRoute& route);
+  // The answer body for `result`, the answer to `work`. Internal if it does not fit the work.
+  absl::StatusOr<RestBody> Answer(const AttendWork& work, const AttendResult& result) const;
+  // The request's id ("" when none).
+  const std::string& id() const;
+
+ private:
+  struct Impl;
+  explicit RestInfer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// GET /v2's body, with the extensions this binding implements.
+std::string ServerMetadataBody(std::string_view name, std::string_view version);
+// GET /v2/models/{name}'s body.
+std::string ModelMetadataBody(const model::Model& model);
+
+}  // namespace attnserve::server::oip_rest
+
+#endif  // ATTNSERVE_SERVER_CONVERSION_OIP_REST_REST_INFER_H_
