@@ -27,6 +27,9 @@ build_packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libspdlog-dev
   # Metrics: prometheus-cpp 1.0 (core and pull exposer).
   prometheus-cpp-dev
+  # The Open Inference Protocol's REST binding: cpp-httplib 0.11 (built with OpenSSL; the
+  # civetweb that prometheus-cpp brings crashes on its first HTTPS handshake under OpenSSL 3).
+  libcpp-httplib-dev
 )
 dev_packages=(
   "${build_packages[@]}"

@@ -28,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$server_bin" --grpc-address "127.0.0.1:$port" --metrics-address 127.0.0.1:0 \
+"$server_bin" --grpc-address "127.0.0.1:$port" --http-address "" --metrics-address 127.0.0.1:0 \
   --model-repository "$work/no-models" >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do

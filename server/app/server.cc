@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -33,6 +34,11 @@ constexpr std::chrono::milliseconds kGoawayLead{50};
 
 absl::Status ValidateOptions(const ServerOptions& options) {
   if (absl::Status status = ValidateTlsOptions(options.tls); !status.ok()) return status;
+  if (!options.http.address.empty()) {
+    if (absl::Status status = http::ValidateHttpServerOptions(options.http); !status.ok()) {
+      return status;
+    }
+  }
   if (absl::Status status = ValidateModelLimits(options.model_limits); !status.ok()) {
     return status;
   }
@@ -199,6 +205,26 @@ ModelLifecycleListener Server::LifecycleListener() {
               }};
 }
 
+absl::Status Server::StartHttpServer() {
+  if (options_.http.address.empty()) return absl::OkStatus();
+  rest_service_ = std::make_unique<http::RestService>(
+      &service_->submitter(), &service_->open_calls(),
+      InferenceServerIdentity{.name = "attnserve", .version = ATTNSERVE_VERSION});
+  std::optional<http::HttpsFiles> https;
+  if (tls_files_ != nullptr) {
+    https =
+        http::HttpsFiles{.cert_chain_path = tls_files_->cert_chain_path(),
+                         .private_key_path = tls_files_->private_key_path(),
+                         .client_ca_path = tls_files_->client_ca_path(),
+                         .generation = [files = tls_files_.get()] { return files->generation(); }};
+  }
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
+      http::HttpServer::Start(options_.http, rest_service_.get(), https ? &*https : nullptr);
+  if (!server.ok()) return server.status();
+  http_server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
 absl::Status Server::StartMetricsExposer() {
   if (metrics_ == nullptr) return absl::OkStatus();
   metrics_->SetSnapshotSource([this] { return ModelSnapshots(); });
@@ -244,6 +270,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
       ResolveKvCacheBudget(options.decoding.kv.budget_bytes, AvailableMemory());
   options.decoding.kv.budget_bytes = kv_budget.bytes;
   options.model_limits.request.max_response_bytes = options.max_message_bytes;
+  options.http.max_body_bytes = options.max_message_bytes;
   if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
@@ -364,6 +391,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
                                                "\" (in use, or not a host:port this machine has)"));
   }
 
+  if (absl::Status status = server->StartHttpServer(); !status.ok()) return status;
+
   if (options.malloc_trim_interval_ms > 0) {
     server->trimmer_ =
         std::make_unique<MemoryTrimmer>(absl::Milliseconds(options.malloc_trim_interval_ms));
@@ -432,6 +461,9 @@ void Server::Shutdown(absl::Duration grace) {
     service_->ReleaseRefusals();
     stopper.join();
     drainer.join();
+    // Every accepted REST request is answered by now (the drain computed it); this closes the
+    // port and joins the workers once their current requests are written.
+    if (http_server_ != nullptr) http_server_->Stop();
     shut_down_.Notify();
   });
 }

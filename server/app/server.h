@@ -20,6 +20,8 @@
 #include "server/app/server_options.h"
 #include "server/app/verified_tls_files.h"
 #include "server/decoding/decode_runtime.h"
+#include "server/http/http_server.h"
+#include "server/http/rest_service.h"
 #include "server/metrics/metrics_exposer.h"
 #include "server/metrics/server_metrics.h"
 #include "server/runtime/batch_runner.h"
@@ -53,6 +55,8 @@ class Server {
 
   // The port the server listens on (the chosen one when the address asked for port 0).
   int port() const { return port_; }
+  // The port the REST binding is served on; 0 when it is off.
+  int http_port() const { return http_server_ != nullptr ? http_server_->port() : 0; }
   // The port /metrics is served on; 0 when metrics are off.
   int metrics_port() const { return exposer_ != nullptr ? exposer_->port() : 0; }
   // The server's metrics; null when metrics are off.
@@ -80,6 +84,8 @@ class Server {
 
   // Logs, metrics and health for what the lifecycle reports.
   ModelLifecycleListener LifecycleListener();
+  // Serves REST on options_.http.address (unless empty), over TLS with tls_files_ when set.
+  absl::Status StartHttpServer();
   // Serves metrics_ (if any) on options_.metrics_address.
   absl::Status StartMetricsExposer();
   // What attnserve_model_loaded and attnserve_queue_depth report.
@@ -100,9 +106,12 @@ class Server {
   std::unique_ptr<decoding::DecodeRuntime> decode_runtime_;
   std::unique_ptr<AttentionService> service_;
   std::unique_ptr<InferenceService> inference_service_;  // Shares service_'s submitter.
+  std::unique_ptr<http::RestService> rest_service_;      // Likewise.
   // Before the gRPC server: its certificate provider reads their files until it is destroyed.
   std::unique_ptr<VerifiedTlsFiles> tls_files_;  // Null without TLS.
   std::unique_ptr<grpc::Server> grpc_server_;
+  // After the TLS files, whose generation its handshakes read. Null when REST is off.
+  std::unique_ptr<http::HttpServer> http_server_;
   std::unique_ptr<MemoryTrimmer> trimmer_;  // Null when malloc_trim_interval_ms is 0.
   // Last: scrapes read the router and the lifecycle, so the exposer stops first.
   std::unique_ptr<metrics::MetricsExposer> exposer_;

@@ -34,6 +34,19 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
   app.add_option("--grpc-address", options.grpc_address,
                  "host:port to serve gRPC on (port 0 = any free port)")
       ->capture_default_str();
+  app.add_option("--http-address", options.http.address,
+                 "host:port to serve the Open Inference Protocol's HTTP/REST binding on (HTTPS "
+                 "with the --tls-* files; port 0 = any free port; \"\" = no REST)")
+      ->capture_default_str();
+  app.add_option("--http-threads", options.http.threads,
+                 "HTTP connections served at once, one worker thread each (kept-alive "
+                 "connections hold theirs)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--http-read-timeout-ms", options.http.read_timeout_ms,
+                 "An HTTP client silent this long in the middle of a request is disconnected")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600000}))
+      ->capture_default_str();
   app.add_option("--metrics-address", options.metrics_address,
                  "host:port to serve Prometheus metrics on, at /metrics (port 0 = any free "
                  "port; \"\" = no metrics)")

@@ -8,6 +8,7 @@
 
 #include "server/app/tls_credentials.h"
 #include "server/decoding/decode_types.h"
+#include "server/http/http_server.h"
 #include "server/repository/model_repository.h"
 #include "server/runtime/batch_runner.h"
 #include "server/runtime/model_limits.h"
@@ -20,6 +21,10 @@ struct ServerOptions {
   // Transport security of grpc_address (plaintext by default; TLS or mutual TLS, for every
   // service on the port).
   TlsOptions tls = {};
+  // The Open Inference Protocol's HTTP/REST binding (http_server.h); http.address "" = off.
+  // HTTPS with `tls`'s files when TLS is on (mutual TLS too). http.max_body_bytes is set from
+  // max_message_bytes.
+  http::HttpServerOptions http;
   // host:port of the Prometheus endpoint (HTTP, path /metrics); port 0 picks a free port
   // (Server::metrics_port() tells which); "" = no metrics at all.
   std::string metrics_address = "0.0.0.0:8002";

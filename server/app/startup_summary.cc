@@ -45,6 +45,14 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
   spdlog::info("attnserve listening on {}:{} (port {}); health and reflection enabled", host,
                server.port(), server.port());
   spdlog::info("gRPC port security: {}", DescribeTls(options.tls));
+  if (server.http_port() != 0) {
+    const std::string& http = options.http.address;
+    spdlog::info("Open Inference Protocol REST at {}://{}:{}/v2 ({} connections at once)",
+                 TlsEnabled(options.tls) ? "https" : "http", http.substr(0, http.rfind(':')),
+                 server.http_port(), options.http.threads);
+  } else {
+    spdlog::info("REST off (--http-address \"\")");
+  }
   if (server.metrics_port() != 0) {
     const std::string& metrics = options.metrics_address;
     spdlog::info("metrics at http://{}:{}/metrics", metrics.substr(0, metrics.rfind(':')),

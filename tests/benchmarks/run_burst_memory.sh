@@ -15,7 +15,7 @@ rss() { awk '/^VmRSS/ {print $2 " KiB"}' "/proc/$1/status"; }
 
 for trim_s in 0 10; do
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$build_dir/server/attnserve" --grpc-address "127.0.0.1:$port" --metrics-address "" \
+  "$build_dir/server/attnserve" --grpc-address "127.0.0.1:$port" --http-address "" --metrics-address "" \
     --model-repository "$work/none" --compute-threads 1 --malloc-trim-interval-s "$trim_s" \
     >"$work/server-$trim_s.log" 2>&1 &
   pid=$!

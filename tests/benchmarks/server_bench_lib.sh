@@ -112,18 +112,19 @@ start_server() {
   shift
   for attempt in 1 2 3; do
     port="$(free_port)"
-    # Metrics on a free port unless the flags say otherwise; "--metrics-off" stands for
+    # Metrics on a free port and no REST unless the flags say otherwise; "--metrics-off" stands for
     # --metrics-address "" (an empty argument cannot travel in a flags string).
-    local -a flags=() metrics=(--metrics-address 127.0.0.1:0)
+    local -a flags=() metrics=(--metrics-address 127.0.0.1:0) http=(--http-address "")
     local flag
     for flag in "${server_extra[@]}" "$@"; do
       case "${flag}" in
         --metrics-off) metrics=(--metrics-address "") ;;
         --metrics-address) metrics=() flags+=("${flag}") ;;
+        --http-address) http=() flags+=("${flag}") ;;
         *) flags+=("${flag}") ;;
       esac
     done
-    "${server_bin}" --grpc-address "127.0.0.1:${port}" "${metrics[@]}" \
+    "${server_bin}" --grpc-address "127.0.0.1:${port}" "${metrics[@]}" "${http[@]}" \
       --model-repository "${work}/no-such-repository" --model-poll-interval-s 0 \
       "${flags[@]}" >"${server_log}" 2>&1 &
     server_pid=$!

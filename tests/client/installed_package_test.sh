@@ -26,7 +26,7 @@ cmake -S "$source/client/examples" -B "$tmp/example" -G Ninja -DCMAKE_BUILD_TYPE
 cmake --build "$tmp/example" >"$tmp/build.log" 2>&1 ||
   { cat "$tmp/build.log" >&2; fail "the example does not build against the package"; }
 
-"$attnserve" --grpc-address 127.0.0.1:0 --metrics-address "" >"$tmp/server.log" 2>&1 &
+"$attnserve" --grpc-address 127.0.0.1:0 --http-address "" --metrics-address "" >"$tmp/server.log" 2>&1 &
 server_pid=$!
 port=""
 for _ in $(seq 300); do  # 30 s

@@ -49,6 +49,8 @@ class Replica {
                                       absl::StrCat(host_, ":", port_),
                                       "--metrics-address",
                                       "",
+                                      "--http-address",
+                                      "",
                                       "--model-repository",
                                       repository_,
                                       "--compute-threads",

@@ -33,11 +33,17 @@ ALLOWED = {
                                        "server/batching", "core/kv_cache"] + BELOW_RUNTIME,
     "server/conversion/oip": ["server/conversion/attnserve_v1", "server/conversion",
                               "server/runtime"] + BELOW_RUNTIME,
+    # The REST binding turns JSON into the protocol's messages and hands them to oip/.
+    "server/conversion/oip_rest": ["server/conversion/oip", "server/conversion",
+                                   "server/runtime"] + BELOW_RUNTIME,
     "server/service": ["server/conversion", "server/conversion/attnserve_v1",
                        "server/conversion/oip", "server/runtime", "server/decoding",
                        "server/metrics", "core/kv_cache"]
     + BELOW_RUNTIME,
-    "server/app": ["server/service", "server/conversion", "server/conversion/attnserve_v1",
+    "server/http": ["server/service", "server/conversion", "server/conversion/oip",
+                    "server/conversion/oip_rest", "server/runtime", "server/metrics"]
+    + BELOW_RUNTIME,
+    "server/app": ["server/http", "server/service", "server/conversion", "server/conversion/attnserve_v1",
                    "server/conversion/oip", "server/runtime", "server/decoding", "server/metrics",
                    "core/kv_cache"] + BELOW_RUNTIME,
     "client": ["core/util"],
@@ -48,6 +54,7 @@ RESTRICTED = {
     "gRPC": (re.compile(r"^(grpcpp|grpc)/"), ["server/conversion", "server/service", "server/app",
                                              "server/metrics", "client"]),
     "Prometheus": (re.compile(r"^prometheus/"), ["server/metrics"]),
+    "cpp-httplib": (re.compile(r"^httplib\.h$"), ["server/http", "client"]),
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 

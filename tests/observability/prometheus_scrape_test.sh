@@ -60,7 +60,7 @@ print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"
 # 1. attnserve on ephemeral ports. The repository folder does not exist, so the embedded `demo`
 #    model serves; the short grace keeps a stuck drain from eating the ctest timeout;
 #    --max-sequence-length 64 lets a small request (65 tokens) be INVALID_ARGUMENT.
-"$attnserve" --grpc-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --log-format text \
+"$attnserve" --grpc-address 127.0.0.1:0 --http-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --log-format text \
   --model-repository "$tmp/no-models" --shutdown-grace-s 5 --max-sequence-length 64 \
   >"$tmp/attnserve.log" 2>&1 &
 attnserve_pid=$!

@@ -16,7 +16,8 @@ class LiveServer:
     """`with LiveServer(binary, "--model-repository", path) as server:` -> server.target."""
 
     def __init__(self, binary, *args, startup_timeout_s=60.0):
-        self._command = [binary, "--grpc-address", "127.0.0.1:0", "--metrics-address", "",
+        self._command = [binary, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
+                         "--metrics-address", "",
                          "--compute-threads", "1", *args]
         self._timeout = startup_timeout_s
         self.target = None

@@ -43,6 +43,7 @@ class AttnserveBinaryTest : public ::testing::Test {
                                             const std::vector<std::string>& environment = {},
                                             const std::vector<std::string>& launcher = {}) {
     std::vector<std::string> args = {"--grpc-address",     "127.0.0.1:0",
+                                     "--http-address",     "127.0.0.1:0",
                                      "--metrics-address",  "127.0.0.1:0",
                                      "--model-repository", (temp_.path() / "absent").string(),
                                      "--compute-threads",  "1"};
@@ -140,8 +141,8 @@ TEST(AttnserveFlagsTest, BadFlagValuesExitNonZeroNamingTheFlag) {
 }
 
 TEST_F(AttnserveBinaryTest, UnbindableAddressExitsOneWithTheReason) {
-  const auto [code, output] = RunToExit(
-      {"--grpc-address", "256.1.1.1:1", "--model-repository", (temp_.path() / "absent").string()});
+  const auto [code, output] = RunToExit({"--grpc-address", "256.1.1.1:1", "--http-address", "",
+                                         "--model-repository", (temp_.path() / "absent").string()});
   EXPECT_EQ(code, 1);
   EXPECT_THAT(output, HasSubstr("grpc_address"));
   EXPECT_THAT(output, HasSubstr("256.1.1.1:1"));

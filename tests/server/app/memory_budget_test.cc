@@ -75,9 +75,9 @@ TEST(MemoryBudgetTest, FortyEightSixtyMegabyteRequestsStayWithinTheBudget) {
   TempFolder temp;
   absl::StatusOr<std::unique_ptr<ChildProcess>> started = ChildProcess::Start(
       ATTNSERVE_BINARY,
-      {"--grpc-address", "127.0.0.1:0", "--metrics-address", "", "--model-repository",
-       (temp.path() / "absent").string(), "--compute-threads", "2", "--max-batch-tokens", "65536",
-       "--max-batch-sequences", "1024", "--batch-threads", "1"});
+      {"--grpc-address", "127.0.0.1:0", "--http-address", "", "--metrics-address", "",
+       "--model-repository", (temp.path() / "absent").string(), "--compute-threads", "2",
+       "--max-batch-tokens", "65536", "--max-batch-sequences", "1024", "--batch-threads", "1"});
   ASSERT_TRUE(started.ok()) << started.status();
   ChildProcess& server = **started;
   const std::optional<std::string> listening = server.WaitForLine("(port ", absl::Seconds(60));

@@ -60,6 +60,7 @@ class TlsTest : public ::testing::Test {
   std::unique_ptr<ChildProcess> StartServer(const std::string& cert_chain, const std::string& key,
                                             const std::string& client_ca = "") {
     std::vector<std::string> args = {"--grpc-address",           "127.0.0.1:0",
+                                     "--http-address",           "127.0.0.1:0",
                                      "--metrics-address",        "",
                                      "--compute-threads",        "1",
                                      "--model-repository",       (temp_.path() / "absent").string(),
@@ -191,9 +192,9 @@ TEST_F(TlsTest, MutualTlsAcceptsOnlyClientsWithATrustedCertificate) {
 }
 
 TEST_F(TlsTest, BadTlsFlagsStopTheServerWithTheReason) {
-  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
-      ChildProcess::Start(ATTNSERVE_BINARY, {"--grpc-address", "127.0.0.1:0", "--metrics-address",
-                                             "", "--tls-cert-chain", Cert("server.pem")});
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
+      ATTNSERVE_BINARY, {"--grpc-address", "127.0.0.1:0", "--http-address", "", "--metrics-address",
+                         "", "--tls-cert-chain", Cert("server.pem")});
   ASSERT_TRUE(child.ok());
   EXPECT_NE((*child)->Wait(absl::Seconds(60)), 0);
   EXPECT_THAT((*child)->Output(), HasSubstr("tls_cert_chain, tls_private_key: expected both"));

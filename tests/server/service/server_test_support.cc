@@ -28,6 +28,7 @@ server::ServerOptions TestServerOptions() {
   server::ServerOptions options;
   options.grpc_address = "127.0.0.1:0";
   options.metrics_address = "127.0.0.1:0";
+  options.http.address = "127.0.0.1:0";
   options.model_poll_interval_ms = 0;
   options.repository.demo_model = repository::DemoModelPolicy::kNever;
   options.model_limits.batching.max_queue_delay_us = 0;
