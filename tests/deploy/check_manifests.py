@@ -22,13 +22,27 @@ Usage: check_manifests.py --attnserve PATH/TO/attnserve [--root REPO_ROOT]
    stop_grace_period > --shutdown-grace-s, the provisioned data source is
    what the dashboard's `datasource` variable picks, the dashboard provider's path holds the
    mounted deploy/grafana/attnserve.json.
+7. KServe (deploy/k8s/kserve, its own kustomization.yaml listing every manifest there): the
+   ServingRuntime's flags (env, args) exist and attnserve accepts them, agree with the
+   Deployment's where both set one, --model-repository is /mnt/models; image, pull policy and
+   resources are the Deployment's, --compute-threads = its CPU limit; its protocolVersions are
+   ones attnserve serves (v2 on --http-address, grpc-v2 on --grpc-address) on addresses that are
+   on; one container port, named http1 or h2c, = the port of the address serving that protocol,
+   which protocolVersions lists, not one Knative reserves; startup/readiness/liveness probes on
+   that port's /v2/health/live|ready, no lifecycle hook, container `kserve-container`, the
+   prometheus.kserve.io annotations = the metrics port. Each InferenceService's modelFormat (and
+   version) is supported by a runtime there (named, or with autoSelect), its protocolVersion
+   (unset = v1, as KServe matches) is in the runtime's list and speaks the transport of the port
+   KServe routes to; with its env/args merged as KServe merges them, attnserve still accepts the
+   flags, its extra ports are the address flags' ports, --compute-threads = its CPU limit and
+   --shutdown-grace-s < its terminationGracePeriodSeconds (30 s unless set).
 Not read: a --config file named in args (its values would come between args and environment).
 Each failure names the file, the field, what was expected and what was found. Exits 0 when every
 check passes, 1 otherwise (2 for bad usage).
 
 The checks live next to this file: checker.py (counting, failures, parsing every file),
 attnserve_flags.py (--help, values, effective flags and ports), dockerfile.py, compose.py
-(with deploy/prometheus.yml), grafana.py and k8s.py.
+(with deploy/prometheus.yml), grafana.py, k8s.py and kserve.py.
 """
 import argparse
 import pathlib
@@ -40,6 +54,7 @@ from compose import check_compose, check_prometheus_yml
 from dockerfile import check_dockerfile, dockerfile_env, read_dockerfile
 from grafana import check_grafana
 from k8s import check_k8s
+from kserve import check_kserve
 
 
 def main():
@@ -62,7 +77,8 @@ def main():
     compose, metrics = compose_result or ({}, None)
     prometheus_config = check_prometheus_yml(docs, get(compose, "services") or {}, metrics, check)
     check_grafana(root, docs, compose, prometheus_config, check)
-    check_k8s(root, docs, flags, image_env, prometheus_config, check)
+    pod = check_k8s(root, docs, flags, image_env, prometheus_config, check)
+    check_kserve(docs, flags, image_env, pod, check)
 
     for failure in check.failures:
         print(f"{PROG}: FAIL: {failure}", file=sys.stderr)

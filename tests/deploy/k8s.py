@@ -47,8 +47,8 @@ def cpu_cores(quantity):
 class Pod:
     """What the other resources must agree with: the Deployment's pod template and flags."""
 
-    def __init__(self, name, labels, container, grpc, metrics):
-        self.name, self.labels, self.container = name, labels, container
+    def __init__(self, file, name, labels, container, grpc, metrics):
+        self.file, self.name, self.labels, self.container = file, name, labels, container
         self.grpc, self.metrics = grpc, metrics
         self.port_names = {p.get("name"): p.get("containerPort")
                            for p in container.get("ports") or []}
@@ -79,7 +79,7 @@ def check_deployment(objects, flags, image_env, check):
                                ("args", container.get("args") or [], file, f"{field}.args")],
                        check)
     grpc, metrics = ports_of(values, file, check)
-    pod = Pod(get(deployment, "metadata", "name"), labels, container, grpc, metrics)
+    pod = Pod(file, get(deployment, "metadata", "name"), labels, container, grpc, metrics)
     check_container_ports(file, field, pod, check)
     check_probes(file, field, container, grpc, check)
     check_termination(file, field, deployment, container, values, check)
@@ -233,10 +233,11 @@ def check_service_monitor(objects, services, prometheus_config, check):
 
 
 def check_k8s(root, docs, flags, image_env, prometheus_config, check):
+    """The Pod of the Deployment (None when it could not be read), for deploy/k8s/kserve."""
     objects = load_k8s(root, docs, check)
     result = check_deployment(objects, flags, image_env, check)
     if result is None:
-        return
+        return None
     pod, replicas = result
     services = check_services(objects, pod, check)
     hpa_min = check_hpa(objects, pod, replicas, check)
@@ -244,3 +245,4 @@ def check_k8s(root, docs, flags, image_env, prometheus_config, check):
     check_service_monitor(objects, services, prometheus_config, check)
     for kind in ("HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"):
         check.expect(of_kind(objects, kind), "deploy/k8s", kind, "one", "none")
+    return pod
