@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/util/echo.h"
+#include "core/util/json_numbers.h"
 #include "nlohmann/json.hpp"
 #include "server/conversion/oip_rest/rest_conversion.h"
 
@@ -67,10 +68,13 @@ absl::Status CheckDepth(absl::string_view json) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Json> ParseJson(absl::string_view text) {
+// Parses `text`, which is `original` with its data arrays lifted out; errors locate the problem
+// in `original`.
+absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view original) {
   if (absl::Status depth = CheckDepth(text); !depth.ok()) return depth;
   Json parsed = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
+    text = original;
     // The parser without exceptions says only that it failed; the SAX pass says where.
     struct Locator : nlohmann::json_sax<Json> {
       std::string what;
@@ -155,6 +159,9 @@ Element ElementOf(const std::string& datatype) {
   return Element::kUnsupported;
 }
 
+// The data arrays lifted out of a body before parsing (ExtractJsonNumberArrays).
+using Extractions = std::vector<std::vector<double>>;
+
 // The values of one JSON tensor, flattened, in the form its datatype keeps.
 struct Values {
   std::vector<float> floats;
@@ -162,45 +169,57 @@ struct Values {
   std::vector<uint8_t> bytes;  // BOOL and UINT8
 };
 
-absl::Status AppendValue(const Json& value, Element element, const std::string& where,
-                         Values* out) {
-  const size_t index = out->floats.size() + out->ints.size() + out->bytes.size();
+// The shortest text of `value`, for messages.
+std::string NumberText(double value) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof(text), value).ptr);
+}
+
+size_t Count(const Values& values) {
+  return values.floats.size() + values.ints.size() + values.bytes.size();
+}
+
+// One JSON number of the data, read as a double, into the form `element` keeps.
+absl::Status AppendNumber(double value, Element element, const std::string& where, Values* out) {
   const auto wrong = [&](absl::string_view expected) {
-    return Invalid(where, "[", index, "]: expected ", expected, ", got ",
-                   value.is_number() ? value.dump() : std::string(TypeName(value)));
+    return Invalid(where, "[", Count(*out), "]: expected ", expected, ", got ", NumberText(value));
   };
   switch (element) {
     case Element::kFloat:
-      if (!value.is_number()) return wrong("a number");
-      if (!std::isfinite(static_cast<float>(value.get<double>()))) {
-        return wrong("a number within FP32's range");
-      }
-      out->floats.push_back(static_cast<float>(value.get<double>()));
+      if (!std::isfinite(static_cast<float>(value))) return wrong("a number within FP32's range");
+      out->floats.push_back(static_cast<float>(value));
       return absl::OkStatus();
     case Element::kInt32:
-      if (!value.is_number_integer() ||
-          value.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
-          value.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
-          (value.is_number_unsigned() &&
-           value.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()})) {
+      if (value != std::floor(value) || value < std::numeric_limits<int32_t>::min() ||
+          value > std::numeric_limits<int32_t>::max()) {
         return wrong("an INT32 integer");
       }
-      out->ints.push_back(static_cast<int32_t>(value.get<int64_t>()));
+      out->ints.push_back(static_cast<int32_t>(value));
       return absl::OkStatus();
     case Element::kBool:
-      if (!value.is_boolean()) return wrong("true or false");
-      out->bytes.push_back(value.get<bool>() ? 1 : 0);
-      return absl::OkStatus();
+      return wrong("true or false");
     case Element::kUint8:
-      if (!value.is_number_unsigned() || value.get<uint64_t>() > 255) {
+      if (value != std::floor(value) || value < 0 || value > 255) {
         return wrong("an integer in 0..255");
       }
-      out->bytes.push_back(static_cast<uint8_t>(value.get<uint64_t>()));
+      out->bytes.push_back(static_cast<uint8_t>(value));
       return absl::OkStatus();
     case Element::kUnsupported:
       break;
   }
   return wrong("a value");
+}
+
+absl::Status AppendValue(const Json& value, Element element, const std::string& where,
+                         Values* out) {
+  if (value.is_number()) return AppendNumber(value.get<double>(), element, where, out);
+  if (value.is_boolean() && element == Element::kBool) {
+    out->bytes.push_back(value.get<bool>() ? 1 : 0);
+    return absl::OkStatus();
+  }
+  return Invalid(where, "[", Count(*out), "]: expected ",
+                 element == Element::kBool ? "true or false" : "a number", ", got ",
+                 TypeName(value));
 }
 
 // Flattens `data` (nested arrays, row-major) into *out. Depth is bounded by CheckDepth.
@@ -312,7 +331,25 @@ absl::StatusOr<InputJson> ToInputHeader(const Json& input, int index, InputTenso
 }
 
 // Reads the JSON values of `tensor` into raw bytes (`raw` set) or its typed contents.
-absl::Status PlaceJsonData(const Json& data, InputTensor* tensor, std::string* raw) {
+// The key that stands for an array ExtractJsonNumberArrays lifted out of the body, as parsed
+// and as written into the text (a control character, escaped).
+constexpr char kExtractedKey[] =
+    "\x01"
+    "attnserve-numbers";
+constexpr char kExtractedKeyText[] = "\\u0001attnserve-numbers";
+
+// The numbers `data` stands for when it is an extracted array, else null.
+const std::vector<double>* Extracted(const Json& data, const Extractions& arrays) {
+  if (!data.is_object() || data.size() != 1) return nullptr;
+  auto it = data.find(kExtractedKey);
+  if (it == data.end() || !it->is_number_unsigned() || it->get<uint64_t>() >= arrays.size()) {
+    return nullptr;
+  }
+  return &arrays[it->get<uint64_t>()];
+}
+
+absl::Status PlaceJsonData(const Json& data, const Extractions& arrays, InputTensor* tensor,
+                           std::string* raw) {
   const std::string where = absl::StrCat("inputs[", Quoted(tensor->name()), "].data");
   const Element element = ElementOf(tensor->datatype());
   if (element == Element::kUnsupported) {
@@ -325,7 +362,14 @@ absl::Status PlaceJsonData(const Json& data, InputTensor* tensor, std::string* r
     return absl::OkStatus();
   }
   Values values;
-  if (absl::Status s = Flatten(data, element, where, &values); !s.ok()) return s;
+  if (const std::vector<double>* numbers = Extracted(data, arrays); numbers != nullptr) {
+    if (element == Element::kFloat) values.floats.reserve(numbers->size());
+    for (double number : *numbers) {
+      if (absl::Status s = AppendNumber(number, element, where, &values); !s.ok()) return s;
+    }
+  } else if (absl::Status s = Flatten(data, element, where, &values); !s.ok()) {
+    return s;
+  }
   if (raw == nullptr) {
     ToContents(std::move(values), element, tensor);
   } else {
@@ -336,8 +380,8 @@ absl::Status PlaceJsonData(const Json& data, InputTensor* tensor, std::string* r
   return absl::OkStatus();
 }
 
-absl::Status ToInputs(const Json& inputs, absl::string_view binary_data, bool has_header_length,
-                      inference::ModelInferRequest* request) {
+absl::Status ToInputs(const Json& inputs, const Extractions& arrays, absl::string_view binary_data,
+                      bool has_header_length, inference::ModelInferRequest* request) {
   if (!inputs.is_array()) {
     return Invalid("inputs: expected an array of tensors, got ", TypeName(inputs));
   }
@@ -355,7 +399,7 @@ absl::Status ToInputs(const Json& inputs, absl::string_view binary_data, bool ha
     InputTensor* tensor = request->mutable_inputs(static_cast<int>(i));
     std::string* raw = any_binary ? request->add_raw_input_contents() : nullptr;
     if (headers[i].data != nullptr) {
-      if (auto s = PlaceJsonData(*headers[i].data, tensor, raw); !s.ok()) return s;
+      if (auto s = PlaceJsonData(*headers[i].data, arrays, tensor, raw); !s.ok()) return s;
       continue;
     }
     const uint64_t size = static_cast<uint64_t>(*headers[i].binary);
@@ -440,7 +484,13 @@ absl::Status ParseInferRequest(std::string_view model_name, std::string_view ver
   *binary = {};
   const absl::string_view body_view(body.data(), body.size());
   const size_t header_size = json_length.value_or(body.size());
-  absl::StatusOr<Json> parsed = ParseJson(body_view.substr(0, header_size));
+  // The data arrays, most of a body, are read by the fast reader; the parser reads the rest.
+  const absl::string_view header = body_view.substr(0, header_size);
+  Extractions arrays;
+  const std::string reduced =
+      ExtractJsonNumberArrays(std::string_view(header.data(), header.size()), "data",
+                              kExtractedKeyText, kMaxJsonDepth, &arrays);
+  absl::StatusOr<Json> parsed = ParseJson(reduced, header);
   if (!parsed.ok()) return parsed.status();
   const Json& root = *parsed;
   if (auto s = CheckKeys(root, "request body", {"id", "parameters", "inputs", "outputs"});
@@ -472,7 +522,8 @@ absl::Status ParseInferRequest(std::string_view model_name, std::string_view ver
   if (inputs == root.end()) {
     return Invalid("inputs: expected an array of tensors, got none");
   }
-  if (auto s = ToInputs(*inputs, body_view.substr(header_size), json_length.has_value(), request);
+  if (auto s = ToInputs(*inputs, arrays, body_view.substr(header_size), json_length.has_value(),
+                        request);
       !s.ok())
     return s;
   binary->output = binary_default;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/json_numbers.h"
 #include "nlohmann/json.hpp"
 #include "server/conversion/oip_rest/rest_conversion.h"
 
@@ -26,28 +27,6 @@ void AppendShape(const google::protobuf::RepeatedField<int64_t>& shape, std::str
   out->push_back('[');
   for (int i = 0; i < shape.size(); ++i) absl::StrAppend(out, i == 0 ? "" : ",", shape[i]);
   out->push_back(']');
-}
-
-// Shortest round-trip text of each value: parsed as FP32 it is the same value, bit for bit.
-void AppendFloats(std::span<const float> values, std::string* out) {
-  const size_t start = out->size();
-  // At most 15 characters for a float in shortest form, plus the separator.
-  out->resize(start + 2 + values.size() * 16);
-  char* cursor = out->data() + start;
-  char* const end = out->data() + out->size();
-  *cursor++ = '[';
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) *cursor++ = ',';
-    if (values[i] == 0.0f && std::signbit(values[i])) {
-      // "-0" would read back as the integer 0: keep the sign with a fraction.
-      std::memcpy(cursor, "-0.0", 4);
-      cursor += 4;
-      continue;
-    }
-    cursor = std::to_chars(cursor, end, values[i]).ptr;
-  }
-  *cursor++ = ']';
-  out->resize(cursor - out->data());
 }
 
 // The float values of output `index`: its raw bytes or its typed contents.
@@ -136,7 +115,7 @@ RestBody WriteInferResponse(const inference::ModelInferResponse& response,
       data.append(reinterpret_cast<const char*>(values.data()), bytes);
     } else {
       json.append(",\"data\":");
-      AppendFloats(values, &json);
+      AppendJsonFloats(values, &json);
       json.push_back('}');
     }
   }

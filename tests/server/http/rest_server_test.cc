@@ -269,7 +269,7 @@ TEST_F(RestServerTest, DrainAnswersTheAcceptedInferAndRefusesNewOnes) {
                   {"datatype", "FP32"},
                   {"data", TestValues(3 * kSmallWidth, 4)}}}}};
   int accepted_status = 0;
-  std::thread accepted([&] {
+  std::jthread accepted([&] {
     httplib::Client http = Http();
     httplib::Result result = http.Post("/v2/models/small/infer", body.dump(), "application/json");
     accepted_status = result ? result->status : -1;
