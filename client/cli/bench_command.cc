@@ -290,15 +290,17 @@ absl::Status Validate(const BenchOptions& options) {
     return absl::InvalidArgumentError(
         "--rate, --duration, --requests and --warmup-requests must not be negative");
   }
-  if (options.protocol == Protocol::kOip && options.stream) {
+  if (UsesInferClient(options.protocol) && options.stream) {
     return absl::InvalidArgumentError(
-        "--stream: AttendStream exists only in attnserve.v1; with --protocol oip the requests are "
-        "unary ModelInfer calls (drop --stream or use --protocol v1)");
+        absl::StrCat("--stream: AttendStream exists only in attnserve.v1; with --protocol ",
+                     ProtocolName(options.protocol),
+                     " the requests are unary infer calls (drop --stream or use --protocol v1)"));
   }
-  if (options.protocol == Protocol::kOip && options.wire_dtype != client::WireDtype::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--wire-dtype ", std::string(client::WireDtypeName(options.wire_dtype)),
-        ": with --protocol oip the input is sent as raw FP32 (expected --wire-dtype fp32)"));
+  if (UsesInferClient(options.protocol) && options.wire_dtype != client::WireDtype::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wire-dtype ", std::string(client::WireDtypeName(options.wire_dtype)),
+                     ": with --protocol ", ProtocolName(options.protocol),
+                     " the input is sent as FP32 (expected --wire-dtype fp32)"));
   }
   return absl::OkStatus();
 }
@@ -330,7 +332,7 @@ absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, client::Infer
     deadline = start + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(options.duration_s));
   }
-  BenchState state(client, options.protocol == Protocol::kOip ? infer : nullptr, options, run,
+  BenchState state(client, UsesInferClient(options.protocol) ? infer : nullptr, options, run,
                    deadline);
   ArrivalSchedule schedule(options.rate, options.arrival, options.seed ^ kArrivalSeedSalt, start);
   state.recorder().Start();
@@ -350,13 +352,26 @@ absl::StatusOr<load::LoadSummary> RunPhase(client::Client& client, client::Infer
 
 }  // namespace
 
-const char* ProtocolName(Protocol protocol) { return protocol == Protocol::kOip ? "oip" : "v1"; }
+const char* ProtocolName(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::kOip:
+      return "oip";
+    case Protocol::kRest:
+      return "rest";
+    case Protocol::kRestJson:
+      return "rest-json";
+    case Protocol::kV1:
+      break;
+  }
+  return "v1";
+}
 
 absl::Status BenchCommand(client::Client& client, client::InferClient* infer,
                           const BenchOptions& options, std::ostream& out, std::ostream& err) {
   if (absl::Status valid = Validate(options); !valid.ok()) return valid;
-  if (options.protocol == Protocol::kOip && infer == nullptr) {
-    return absl::InvalidArgumentError("--protocol oip: no ModelInfer client was given");
+  if (UsesInferClient(options.protocol) && infer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--protocol ", ProtocolName(options.protocol), ": no infer client was given"));
   }
   absl::StatusOr<SeqLenRange> seq_len = SeqLenRange::Parse(options.seq_len);
   if (!seq_len.ok()) return seq_len.status();
@@ -369,6 +384,8 @@ absl::Status BenchCommand(client::Client& client, client::InferClient* infer,
   }
 
   BenchOptions effective = options;
+  // REST names the model in its URL: the one GetModel resolved.
+  if (effective.model.empty()) effective.model = info->name;
   if (effective.requests == 0 && effective.duration_s == 0) {
     effective.requests = kDefaultBenchRequests;
   }

@@ -7,10 +7,11 @@
 // silently lowering the load (no coordinated omission).
 //
 // `protocol` picks the RPC of unary mode: attnserve.v1 Attend (Client::AttendAsync, the default)
-// or the Open Inference Protocol's ModelInfer (InferClient::InferAsync, raw FP32 input), the same
-// load either way. ModelInfer answers carry no batch_tokens, so that figure is reported absent.
-// The model is described by attnserve.v1 GetModel in both cases (the server serves both
-// protocols on one port). Stream mode exists only in attnserve.v1: --stream with oip is refused.
+// or the Open Inference Protocol's ModelInfer (InferClient::InferAsync, raw FP32 input) over gRPC
+// or over its REST binding (binary or JSON bodies), the same load either way. ModelInfer answers
+// carry no batch_tokens, so that figure is reported absent. The model is described by attnserve.v1
+// GetModel in both cases (the server serves both protocols on one port; REST on another). Stream
+// mode exists only in attnserve.v1: --stream with another protocol is refused.
 //
 // Unary mode sends with Client::AttendAsync (or InferAsync). Stream mode sends over `streams`
 // AttendSessions: closed loop splits `concurrency` between them as their max_in_flight; open loop
@@ -23,7 +24,7 @@
 // Progress goes to `err` about once a second (one line rewritten with \r) unless `progress` is
 // false; the report (text or one JSON object) to `out`. Returns OK when every request succeeded,
 // otherwise an error naming how many failed (the report is printed either way); InvalidArgument
-// for bad options. Uses `client` (and `infer` with Protocol::kOip) only (thread-safe).
+// for bad options. Uses `client` (and `infer` with the other protocols) only (thread-safe).
 #ifndef ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_
 #define ATTNSERVE_CLIENT_CLI_BENCH_COMMAND_H_
 
@@ -41,11 +42,15 @@ namespace attnserve::cli {
 
 // The wire protocol of bench's unary requests.
 enum class Protocol {
-  kV1,   // attnserve.v1.AttentionService/Attend
-  kOip,  // inference.GRPCInferenceService/ModelInfer
+  kV1,        // attnserve.v1.AttentionService/Attend
+  kOip,       // inference.GRPCInferenceService/ModelInfer
+  kRest,      // POST /v2/models/{model}/infer, binary tensor data (rest_infer_client.h)
+  kRestJson,  // the same with JSON bodies
 };
-// "v1" or "oip", as --protocol spells them.
+// "v1", "oip", "rest" or "rest-json", as --protocol spells them.
 const char* ProtocolName(Protocol protocol);
+// Whether `protocol` sends through an InferClient (every protocol but attnserve.v1).
+inline bool UsesInferClient(Protocol protocol) { return protocol != Protocol::kV1; }
 
 struct BenchOptions {
   Protocol protocol = Protocol::kV1;
@@ -71,7 +76,7 @@ struct BenchOptions {
 // With neither `requests` nor `duration_s`, runs kDefaultBenchRequests requests.
 inline constexpr int64_t kDefaultBenchRequests = 1000;
 
-// `infer`: the ModelInfer client, needed with Protocol::kOip (else unused, may be null);
+// `infer`: the ModelInfer client, needed unless Protocol::kV1 (else unused, may be null);
 // InvalidArgument naming --protocol when it is missing, or with --stream.
 absl::Status BenchCommand(client::Client& client, client::InferClient* infer,
                           const BenchOptions& options, std::ostream& out, std::ostream& err);

@@ -8,7 +8,10 @@ namespace attnserve::cli {
 namespace {
 
 std::string ModeText(const BenchOptions& options) {
-  std::string mode = options.protocol == Protocol::kOip ? "ModelInfer " : "";
+  std::string mode = options.protocol == Protocol::kOip        ? "ModelInfer "
+                     : options.protocol == Protocol::kRest     ? "REST infer (binary data) "
+                     : options.protocol == Protocol::kRestJson ? "REST infer (JSON) "
+                                                               : "";
   mode += options.stream ? absl::StrCat("stream (", options.streams,
                                         options.streams == 1 ? " stream)" : " streams)")
                          : std::string("unary");

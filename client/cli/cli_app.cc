@@ -15,6 +15,7 @@
 #include "client/cli/decode_command.h"
 #include "client/cli/ghz_data.h"
 #include "client/cli/model_commands.h"
+#include "client/cli/rest_infer_client.h"
 
 namespace attnserve::cli {
 namespace {
@@ -236,9 +237,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   bench
       ->add_option("--protocol", bench_protocol,
                    "v1: attnserve.v1 Attend; oip: the Open Inference Protocol's ModelInfer "
-                   "(unary only, raw FP32 input)")
-      ->check(CLI::IsMember({"v1", "oip"}))
+                   "(unary only, raw FP32 input); rest / rest-json: its REST infer at "
+                   "--rest-target, with binary tensor data or JSON bodies")
+      ->check(CLI::IsMember({"v1", "oip", "rest", "rest-json"}))
       ->capture_default_str();
+  std::string bench_rest_target;
+  bench->add_option("--rest-target", bench_rest_target,
+                    "host:port of the server's REST port for --protocol rest (default: the "
+                    "target's host, port 8000)");
   std::string bench_wire_dtype = "fp32";
   AddWireDtypeOption(bench, bench_wire_dtype);
 
@@ -317,9 +323,21 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   bench_options.wire_dtype = WireDtypeNamed(bench_wire_dtype);
   bench_options.arrival = bench_arrival == "fixed" ? Arrival::kFixed : Arrival::kPoisson;
   bench_options.progress = !global.quiet;
-  bench_options.protocol = bench_protocol == "oip" ? Protocol::kOip : Protocol::kV1;
+  bench_options.protocol = bench_protocol == "oip"         ? Protocol::kOip
+                           : bench_protocol == "rest"      ? Protocol::kRest
+                           : bench_protocol == "rest-json" ? Protocol::kRestJson
+                                                           : Protocol::kV1;
   std::unique_ptr<client::InferClient> infer;
-  if (bench_options.protocol == Protocol::kOip) {
+  if (bench_options.protocol == Protocol::kRest || bench_options.protocol == Protocol::kRestJson) {
+    if (bench_rest_target.empty()) {
+      bench_rest_target = absl::StrCat(global.target.substr(0, global.target.rfind(':')), ":8000");
+    }
+    absl::StatusOr<std::unique_ptr<client::InferClient>> created = MakeRestInferClient(
+        bench_rest_target,
+        bench_options.protocol == Protocol::kRest ? RestBody::kBinary : RestBody::kJson);
+    if (!created.ok()) return Report(created.status(), err);
+    infer = *std::move(created);
+  } else if (bench_options.protocol == Protocol::kOip) {
     absl::StatusOr<std::unique_ptr<client::InferClient>> created =
         client::InferClient::Create(global.target, client_options);
     if (!created.ok()) return Report(created.status(), err);

@@ -301,6 +301,35 @@ TEST_F(CliCommandsTest, BenchOverModelInfer) {
   EXPECT_GT(v1_report["server"]["mean_batch_tokens"].get<double>(), 0);
 }
 
+// --protocol rest / rest-json: the same load as REST infers on the server's HTTP port, counted
+// under its RestInfer method, with the server's batch figures read from the answers.
+TEST_F(CliCommandsTest, BenchOverRest) {
+  const std::string rest_target = absl::StrCat("127.0.0.1:", server().http_port());
+  for (const std::string protocol : {"rest", "rest-json"}) {
+    // Absent (-1) until the first REST infer.
+    const double before = std::max(0.0, OkRequestsOnServer(server().metrics_port(), "RestInfer"));
+    const CliRun run = Run({"bench", "--model", "small", "--protocol", protocol, "--rest-target",
+                            rest_target, "--requests", "40", "--concurrency", "4", "--seq-len",
+                            "1:32", "--warmup-requests", "5", "--mask", "causal", "--json", "-q"});
+    ASSERT_EQ(run.code, 0) << run.err << run.out;
+    const nlohmann::json report = nlohmann::json::parse(run.out);
+    EXPECT_EQ(report["protocol"], protocol);
+    EXPECT_EQ(report["ok"], 40);
+    EXPECT_TRUE(report["errors"].empty());
+    EXPECT_EQ(OkRequestsOnServer(server().metrics_port(), "RestInfer") - before, 45);
+    EXPECT_GT(report["server"]["mean_compute_us"].get<double>(), 0);
+  }
+  // A wrong port: every request fails and the run says so.
+  const CliRun refused = Run({"bench", "--model", "small", "--protocol", "rest", "--rest-target",
+                              "127.0.0.1:1", "--requests", "3", "-q"});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("3 of 3 requests failed"));
+  const CliRun bad = Run({"bench", "--model", "small", "--protocol", "rest", "--rest-target",
+                          "nowhere", "--requests", "3", "-q"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--rest-target: expected host:port"));
+}
+
 TEST_F(CliCommandsTest, BenchProtocolFlagIsCheckedAndRefusesStreams) {
   const CliRun unknown = Run({"bench", "--model", "small", "--protocol", "kserve", "-q"});
   EXPECT_NE(unknown.code, 0);
