@@ -1,9 +1,13 @@
 # attnserve: a multi-head attention inference server, as a container image.
 #
 #   docker build --network host -t attnserve .
-#   docker run -d --name attnserve -p 50051:50051 -p 8002:8002 \
+#   docker run -d --name attnserve -p 50051:50051 -p 8000:8000 -p 8002:8002 \
 #       --read-only --cap-drop all --security-opt no-new-privileges attnserve   # the demo model
 #   docker run -v $PWD/models:/models:ro -p 50051:50051 attnserve --max-queue-delay-us 500
+#
+# Ports: 50051 gRPC (--grpc-address), 8000 the Open Inference Protocol's REST binding
+# (--http-address; `curl localhost:8000/v2/health/ready`), 8002 Prometheus metrics
+# (--metrics-address). With the --tls-* files, gRPC and REST both use TLS.
 #
 # Flags go after the image name (they are attnserve's, see `docker run attnserve --help`), or as
 # ATTNSERVE_* environment variables. A model repository mounted at /models is served (and
@@ -60,7 +64,7 @@ USER 10001:10001
 ENV ATTNSERVE_MODEL_REPOSITORY=/models \
     OMP_WAIT_POLICY=PASSIVE \
     GOMP_SPINCOUNT=1000
-EXPOSE 50051 8002
+EXPOSE 50051 8000 8002
 # The server's own health service; it assumes the default gRPC port (with another
 # --grpc-address, run with --health-cmd 'attnserve-cli --target 127.0.0.1:PORT health -q'). With
 # TLS on, set ATTNSERVE_CLI_TLS_CA (and for mutual TLS ATTNSERVE_CLI_TLS_CERT_CHAIN and

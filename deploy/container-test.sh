@@ -19,9 +19,11 @@
 #    linked to it by a veth pair with link-local addresses (169.254.50.0/30, no private range):
 #    what `-p` gives, the ports reached from outside the container. Checks: the image's
 #    HEALTHCHECK reaches `healthy`; uid 10001, tini as PID 1; an Attend call with the image's
-#    attnserve-cli, from the other container and with `docker exec`; /metrics from outside; a
-#    model repository mounted at /models; SIGTERM (`docker stop -t 40`) during a bench run: every
-#    accepted request answered OK, the rest refused with UNAVAILABLE, exit 0, stop time printed.
+#    attnserve-cli, from the other container and with `docker exec`; the REST port (8000) from
+#    outside: GET /v2/health/ready 200 and a JSON infer 200 with `outputs`; /metrics from outside
+#    (counting both Attends and the REST infer); a model repository mounted at /models; SIGTERM
+#    (`docker stop -t 40`) during a bench run: every accepted request answered OK, the rest
+#    refused with UNAVAILABLE, exit 0, stop time printed.
 # Exits non-zero, naming the engine and the failed check, on any failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -155,6 +157,40 @@ metrics() {
   nsenter -t "$(pid_of "$client")" -n python3 -c \
     'import urllib.request; print(urllib.request.urlopen("http://169.254.50.2:8002/metrics", timeout=10).read().decode())'
 }
+# The Open Inference Protocol's REST port (--http-address, 8000) from the client container's
+# network namespace (the host's python3, as for /metrics): GET /v2/health/ready must answer 200
+# {"ready": true}, and one JSON infer to the demo model (d_model 512) 200 with an `outputs` field
+# holding "output" [1, 512]. Prints the answer's model, version and output shape.
+rest() {
+  nsenter -t "$(pid_of "$client")" -n python3 - <<'EOF'
+import json, urllib.error, urllib.request
+base = "http://169.254.50.2:8000"
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+def call(path, body=None):
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    try:
+        with opener.open(urllib.request.Request(base + path, data=body, headers=headers),
+                         timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:  # a status other than 2xx: reported below
+        return error.code, error.read().decode()
+status, text = call("/v2/health/ready")
+assert status == 200, f"GET /v2/health/ready: HTTP {status} {text}"
+assert json.loads(text).get("ready") is True, f"GET /v2/health/ready: {text}"
+body = {"inputs": [{"name": "input", "shape": [1, 512], "datatype": "FP32",
+                    "data": [(i % 17 - 8) / 16 for i in range(512)]}]}
+status, text = call("/v2/models/demo/infer", json.dumps(body).encode())
+assert status == 200, f"POST /v2/models/demo/infer: HTTP {status} {text[:300]}"
+answer = json.loads(text)
+assert "outputs" in answer, f"POST /v2/models/demo/infer: no `outputs` in {text[:300]}"
+output = {o.get("name"): o for o in answer["outputs"]}.get("output")
+assert output is not None, f"no output named `output`: {[o.get('name') for o in answer['outputs']]}"
+assert output.get("shape") == [1, 512] and len(output.get("data") or []) == 512, \
+    f"output shape {output.get('shape')}, {len(output.get('data') or [])} values, not [1, 512]"
+print(f"model {answer.get('model_name')} (version {answer.get('model_version')}): "
+      f"output {output['shape']}")
+EOF
+}
 
 # Waits up to 90 s for the image's HEALTHCHECK to make container $1 healthy. Docker runs it every
 # 10 s (the image's interval); podman without systemd cannot schedule it, so it is run here.
@@ -226,12 +262,19 @@ check_engine() {
   grep -q 'output \[4, 512\]' <<<"$attend" || fail "attend (exec) output is not [4, 512]: $attend"
   log "$engine: Attend through the image's attnserve-cli, over the veth and with $engine exec: [4, 512]"
 
+  # The REST port from outside, as `-p 8000:8000` gives it: readiness and one JSON infer.
+  local answered
+  answered=$(rest 2>&1) || fail "REST on port 8000: $answered"
+  log "$engine: REST over the veth: GET /v2/health/ready 200; POST /v2/models/demo/infer 200, $answered"
+
   local scrape
   scrape=$(metrics) || fail "GET /metrics"
   grep -Eq '^attnserve_requests_total\{.*code="OK".*method="Attend".*model="demo".*\} 2$' <<<"$scrape" ||
     fail "/metrics does not count the two Attend calls: $(grep attnserve_requests_total <<<"$scrape")"
+  grep -Eq '^attnserve_requests_total\{.*code="OK".*method="RestInfer".*model="demo".*\} 1$' <<<"$scrape" ||
+    fail "/metrics does not count the REST infer: $(grep attnserve_requests_total <<<"$scrape")"
   grep -Eq '^attnserve_model_loaded\{model="demo"\} 1$' <<<"$scrape" || fail "/metrics: demo not loaded"
-  log "$engine: /metrics, scraped over the veth, counts the Attend calls"
+  log "$engine: /metrics, scraped over the veth, counts the Attend calls and the REST infer"
 
   # SIGTERM in the middle of a bench run (from the client container): the bench outlives the
   # server, so every request's fate is seen.
@@ -246,10 +289,10 @@ check_engine() {
   wait "$bench" || true # the bench fails by design: requests after the drain get UNAVAILABLE
   local queued
   queued=$(grep -c 'queued model=demo' "$work/server.log")
-  python3 - "$work/bench.json" "$((queued - 2))" "$engine" <<'EOF' || fail "SIGTERM during bench: $(cat "$work/bench.err")"
+  python3 - "$work/bench.json" "$((queued - 3))" "$engine" <<'EOF' || fail "SIGTERM during bench: $(cat "$work/bench.err")"
 import json, sys
 summary = json.load(open(sys.argv[1]))
-accepted = int(sys.argv[2])  # queued by the server during the bench (the two Attends excluded)
+accepted = int(sys.argv[2])  # queued during the bench (the two Attends, the REST infer excluded)
 errors = summary["errors"]
 print(f"container-test: {sys.argv[3]}: SIGTERM during bench: {accepted} accepted, "
       f"{summary['ok']} answered OK; not accepted: {errors}")

@@ -82,7 +82,7 @@ container["image"] = image
 container["imagePullPolicy"] = "Never"
 # podman publishes containerPorts on the host (Kubernetes only declares them) and cannot in a
 # network namespace of its own; the ports are the drift check's business (deploy_manifests).
-assert {p["containerPort"] for p in container.pop("ports")} == {50051, 8002}
+assert {p["containerPort"] for p in container.pop("ports")} == {50051, 8000, 8002}
 yaml.safe_dump(deployment, open(pod_out, "w"), sort_keys=False)
 # What the checks expect, for the shell: env (NAME=value lines), args, each probe's command.
 with open(f"{work}/env.txt", "w") as out:

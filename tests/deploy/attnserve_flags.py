@@ -96,8 +96,9 @@ def parse_help(flags, check):
             continue
         flag = Flag(match["name"], match["type"], match["default"], match["env"])
         flags[flag.name] = flag
-    check.expect("grpc-address" in flags and "metrics-address" in flags, "attnserve --help",
-                 "flags", "--grpc-address and --metrics-address", sorted(flags))
+    check.expect(all(f in flags for f in ("grpc-address", "metrics-address", "http-address")),
+                 "attnserve --help", "flags", "--grpc-address, --metrics-address and --http-address",
+                 sorted(flags))
     return flags
 
 
@@ -218,7 +219,17 @@ def ports_of(values, file, check):
     grpc = parse_port(values.get("grpc-address", ""))
     check.expect(grpc not in (None, 0), file, "--grpc-address", "host:port with a fixed port",
                  values.get("grpc-address"))
-    metrics_address = values.get("metrics-address", "")
-    metrics = parse_port(metrics_address) if metrics_address else None
-    check.expect(metrics != 0, file, "--metrics-address", "a fixed port (not 0)", metrics_address)
-    return grpc, metrics
+    return grpc, optional_port(values, "metrics-address", file, check)
+
+
+def http_port_of(values, file, check):
+    """The REST port (--http-address), or None when REST is off."""
+    return optional_port(values, "http-address", file, check)
+
+
+def optional_port(values, flag, file, check):
+    """The port of --FLAG, an address that "" turns off (None then); a fixed one, not 0."""
+    address = values.get(flag, "")
+    port = parse_port(address) if address else None
+    check.expect(port != 0, file, f"--{flag}", "a fixed port (not 0)", address)
+    return port

@@ -9,11 +9,11 @@ Usage: check_manifests.py --attnserve PATH/TO/attnserve [--root REPO_ROOT]
    environment) and the Dockerfile (ENV) exist, with values their types accept, and attnserve
    itself accepts each place's variables and command line (`attnserve ARGS --help` exits 0: CLI11
    validates every value before it acts on --help). From them (or the --help defaults) come the
-   gRPC and metrics ports, --shutdown-grace-s and --compute-threads.
+   gRPC, metrics and REST (--http-address) ports, --shutdown-grace-s and --compute-threads.
 4. Ports agree: the Dockerfile's EXPOSE, compose's ports/expose, deploy/prometheus.yml's target
    (static or DNS discovery), the nginx configs compose mounts (upstream `server attnserve:<gRPC
-   port>`, `listen` = the published port), the Deployment's named container ports and gRPC
-   probes, both Services and the ServiceMonitor.
+   port>`, `listen` = the published port), the Deployment's named container ports (grpc,
+   metrics, http) and gRPC probes, both Services and the ServiceMonitor.
 5. Kubernetes: every selector (Services, PDB, ServiceMonitor) matches, the HPA targets the
    Deployment, terminationGracePeriodSeconds > preStop sleep + --shutdown-grace-s,
    --compute-threads = the CPU limit, kustomization.yaml lists every manifest.
@@ -48,7 +48,7 @@ import argparse
 import pathlib
 import sys
 
-from attnserve_flags import Flags, effective, parse_help, ports_of
+from attnserve_flags import Flags, effective, http_port_of, parse_help, ports_of
 from checker import PROG, Checker, get, load_files
 from compose import check_compose, check_prometheus_yml
 from dockerfile import check_dockerfile, dockerfile_env, read_dockerfile
@@ -72,7 +72,8 @@ def main():
     image_env = dockerfile_env(stage)
     image_values = effective(flags, [("env", image_env, "Dockerfile", "ENV")], check)
     image_ports = ports_of(image_values, "Dockerfile", check)
-    check_dockerfile(stage, image_ports, check)
+    image_http = http_port_of(image_values, "Dockerfile", check)
+    check_dockerfile(stage, (*image_ports, image_http), check)
     compose_result = check_compose(root, docs, flags, image_env, stage, image_ports[0], check)
     compose, metrics = compose_result or ({}, None)
     prometheus_config = check_prometheus_yml(docs, get(compose, "services") or {}, metrics, check)

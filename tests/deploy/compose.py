@@ -6,7 +6,7 @@ Part of check_manifests.py, whose header says what is checked.
 import re
 import shlex
 
-from attnserve_flags import effective, number_flag, ports_of
+from attnserve_flags import effective, http_port_of, number_flag, ports_of
 from checker import get
 
 PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"
@@ -107,11 +107,12 @@ def check_compose_attnserve(root, file, service, flags, image_env, stage, image_
         ("args", compose_list(service.get("command")), file, f"{field}.command"),
     ], check)
     grpc, metrics = ports_of(values, file, check)
+    http = http_port_of(values, file, check)
     # Replicas publish no host port (nginx fronts them): `expose` lists the container's ports.
     exposed = compose_ports(service.get("ports")) + [int(str(p)) for p in service.get("expose") or []]
     check.equal(file, f"{field}.ports + expose (container side)",
-                sorted(p for p in (grpc, metrics) if p), sorted(exposed),
-                "the gRPC and metrics ports")
+                sorted(p for p in (grpc, metrics, http) if p), sorted(exposed),
+                "the gRPC, metrics and REST ports")
     grace = number_flag(values, "shutdown-grace-s")
     stop = go_duration(service.get("stop_grace_period", "10s"))
     check.expect(stop is not None and grace is not None and stop > grace, file,

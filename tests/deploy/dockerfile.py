@@ -49,4 +49,4 @@ def check_dockerfile(stage, image_ports, check):
         return
     exposed = dockerfile_exposed(stage)
     check.equal("Dockerfile", "EXPOSE", sorted(p for p in image_ports if p), sorted(exposed),
-                "the gRPC and metrics ports of --help's defaults and the Dockerfile's ENV")
+                "the gRPC, metrics and REST ports of --help's defaults and the Dockerfile's ENV")

@@ -4,7 +4,7 @@ Part of check_manifests.py, whose header says what is checked.
 """
 import math
 
-from attnserve_flags import effective, number_flag, ports_of
+from attnserve_flags import effective, http_port_of, number_flag, ports_of
 from checker import get, whole
 
 
@@ -47,9 +47,9 @@ def cpu_cores(quantity):
 class Pod:
     """What the other resources must agree with: the Deployment's pod template and flags."""
 
-    def __init__(self, file, name, labels, container, grpc, metrics):
+    def __init__(self, file, name, labels, container, grpc, metrics, http=None):
         self.file, self.name, self.labels, self.container = file, name, labels, container
-        self.grpc, self.metrics = grpc, metrics
+        self.grpc, self.metrics, self.http = grpc, metrics, http
         self.port_names = {p.get("name"): p.get("containerPort")
                            for p in container.get("ports") or []}
 
@@ -79,7 +79,8 @@ def check_deployment(objects, flags, image_env, check):
                                ("args", container.get("args") or [], file, f"{field}.args")],
                        check)
     grpc, metrics = ports_of(values, file, check)
-    pod = Pod(file, get(deployment, "metadata", "name"), labels, container, grpc, metrics)
+    http = http_port_of(values, file, check)
+    pod = Pod(file, get(deployment, "metadata", "name"), labels, container, grpc, metrics, http)
     check_container_ports(file, field, pod, check)
     check_probes(file, field, container, grpc, check)
     check_termination(file, field, deployment, container, values, check)
@@ -94,6 +95,10 @@ def check_container_ports(file, field, pod, check):
                     "metrics on (the ServiceMonitor scrapes them)", "\"\""):
         check.equal(file, f"{field}.ports[metrics].containerPort", pod.metrics,
                     pod.port_names.get("metrics"), "the --metrics-address port")
+    if check.expect(pod.http is not None, file, f"{field}.args --http-address",
+                    "REST on (the Services route port http to it)", "\"\""):
+        check.equal(file, f"{field}.ports[http].containerPort", pod.http,
+                    pod.port_names.get("http"), "the --http-address port")
 
 
 def check_probes(file, field, container, grpc, check):
@@ -160,11 +165,13 @@ def check_service(file, service, pod, is_headless, check):
     check.expect(subset(selector, pod.labels), file, f"{name} spec.selector",
                  f"a subset of the pod labels {pod.labels}", selector)
     ports = {p.get("name"): p for p in get(service, "spec", "ports") or []}
-    wanted = {"grpc": pod.grpc} if is_headless else {"grpc": pod.grpc, "metrics": pod.metrics}
+    wanted = {"grpc": pod.grpc, "http": pod.http}
+    if not is_headless:
+        wanted["metrics"] = pod.metrics
     check.equal(file, f"{name} spec.ports names", sorted(wanted), sorted(map(str, ports)))
     for port_name, number in wanted.items():
         if number is None:
-            continue  # metrics off: reported with the Deployment
+            continue  # metrics or REST off: reported with the Deployment
         port = ports.get(port_name) or {}
         target = port.get("targetPort", port.get("port"))
         resolved = pod.port_names.get(target, target) if isinstance(target, str) else target
