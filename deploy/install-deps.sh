@@ -34,6 +34,8 @@ build_packages=(
 dev_packages=(
   "${build_packages[@]}"
   git clang-format
+  # curl: the REST binding's test calls it as users do (tests/oip/oip_rest_test.py).
+  curl
   # Prometheus itself and promtool, for the real-scrape test and the dashboard's query check.
   prometheus
   # Tests and benchmarks; python3-yaml for the deployment files' check (tests/deploy).

@@ -1,5 +1,11 @@
 #include "server/http/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -180,17 +186,89 @@ void AddRoutes(RestService* service, httplib::Server& server) {
         std::string(kModelPath), absl::StrCat(kModelPath, "/ready")}) {
     server.Post(path, wrong_method("GET"));
     server.Put(path, wrong_method("GET"));
+    server.Patch(path, wrong_method("GET"));
     server.Delete(path, wrong_method("GET"));
+    server.Options(path, wrong_method("GET"));
   }
   const std::string infer = absl::StrCat(kModelPath, "/infer");
   server.Get(infer, wrong_method("POST"));
   server.Put(infer, wrong_method("POST"));
+  server.Patch(infer, wrong_method("POST"));
   server.Delete(infer, wrong_method("POST"));
+  server.Options(infer, wrong_method("POST"));
+}
+
+// The socket `req` came on, found among the process's sockets by its two ports; -1 if none.
+int ConnectionOf(const httplib::Request& req) {
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+  DIR* fds = opendir("/proc/self/fd");
+  if (fds == nullptr) return -1;
+  const auto port = [](const sockaddr_storage& address) {
+    if (address.ss_family == AF_INET) {
+      return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port));
+    }
+    if (address.ss_family == AF_INET6) {
+      return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port));
+    }
+    return -1;
+  };
+  int found = -1;
+  while (dirent* entry = readdir(fds)) {
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry->d_name, &fd) || fd == dirfd(fds)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_size = sizeof(local), peer_size = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) == 0 &&
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) == 0 &&
+        port(local) == req.local_port && port(peer) == req.remote_port) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(fds);
+  return found;
+}
+
+// Answers `status` with `body` on `req`'s plaintext connection itself and ends it, for an error
+// after which the rest of what the client sent cannot be trusted to start a request (a body
+// refused unread, one cut off by the read timeout): httplib would keep the connection alive and
+// read those bytes as the next request. The answer goes out, then the write side closes, and
+// what the client still sends is read and dropped for at most kLingerMs (so that closing with
+// unread bytes does not reset the connection before the client has read the answer); httplib's
+// own write then fails and it closes the socket. False (httplib answers as usual) when the
+// connection cannot be found.
+constexpr int kLingerMs = 500;
+
+bool AnswerAndClose(const httplib::Request& req, int status, const std::string& body) {
+  const int fd = ConnectionOf(req);
+  if (fd < 0) return false;
+  const std::string answer =
+      absl::StrCat("HTTP/1.1 ", status, status == 413 ? " Payload Too Large" : " Bad Request",
+                   "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(),
+                   "\r\nConnection: close\r\n\r\n", body);
+  for (size_t sent = 0; sent < answer.size();) {
+    const ssize_t n = send(fd, answer.data() + sent, answer.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  shutdown(fd, SHUT_WR);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLingerMs);
+  char sink[16384];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
+    if (poll(&readable, 1, static_cast<int>(left.count())) <= 0) break;
+    if (recv(fd, sink, sizeof(sink), 0) <= 0) break;
+  }
+  shutdown(fd, SHUT_RD);
+  return true;
 }
 
 // Bodies for the errors httplib answers by itself (no route, too large, malformed request).
-httplib::Server::HandlerResponse ErrorBody(int64_t max_body_bytes, const httplib::Request& req,
-                                           httplib::Response& res) {
+httplib::Server::HandlerResponse ErrorBody(int64_t max_body_bytes, bool https,
+                                           const httplib::Request& req, httplib::Response& res) {
   if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
   std::string message;
   switch (res.status) {
@@ -201,6 +279,13 @@ httplib::Server::HandlerResponse ErrorBody(int64_t max_body_bytes, const httplib
       break;
     case 413:
       message = absl::StrCat("request body: expected at most ", max_body_bytes, " bytes");
+      // The body was not read: the connection ends with this answer. (Over HTTPS the bytes on
+      // the socket are TLS records, which only the session can write; the connection then stays
+      // until the keep-alive timeout, and the refused body's bytes fail as a request.)
+      if (!https && AnswerAndClose(req, res.status, oip_rest::ErrorJson(message))) {
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.set_header("Connection", "close");
       break;
     case 414:
       message = "path: expected at most 8192 bytes";
@@ -209,8 +294,13 @@ httplib::Server::HandlerResponse ErrorBody(int64_t max_body_bytes, const httplib
       message = absl::StrCat("request: refused with HTTP status ", res.status,
                              " (a malformed request line or header, a header line past 8 KiB, or "
                              "a request not received within the read timeout)");
-      // Whatever follows on this connection cannot be trusted to start a request.
+      // Whatever follows on this connection cannot be trusted to start a request. (When the
+      // request line or headers were bad, httplib tells nothing of the connection, which then
+      // stays until the keep-alive timeout.)
       res.set_header("Connection", "close");
+      if (!https && AnswerAndClose(req, res.status, oip_rest::ErrorJson(message))) {
+        return httplib::Server::HandlerResponse::Handled;
+      }
   }
   res.set_header("Content-Type", "application/json");
   res.body = oip_rest::ErrorJson(message);
@@ -254,8 +344,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   // the body back until the client acknowledges the header (up to its delayed-ACK timer).
   server.set_tcp_nodelay(true);
   server.set_error_handler(httplib::Server::HandlerWithResponse(
-      [max = options.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
-        return ErrorBody(max, req, res);
+      [max = options.max_body_bytes, https = https != nullptr](const httplib::Request& req,
+                                                               httplib::Response& res) {
+        return ErrorBody(max, https, req, res);
       }));
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {

@@ -9,8 +9,12 @@
 // Each connection is served by one worker thread for as long as it is kept alive; `threads`
 // bounds the connections served at once and `max_queued_connections` those accepted and waiting
 // for a worker (past it the server stops accepting and the kernel's backlog holds the rest).
-// Bodies past max_body_bytes are refused 413, header lines past 8 KiB 400, paths past 8 KiB 414,
-// unknown paths 404 and wrong methods 405, each with {"error": "..."}.
+// Bodies past max_body_bytes are refused 413 unread and the connection closed (on plaintext;
+// over HTTPS it stays until the keep-alive timeout); header lines past 8 KiB 400, paths past
+// 8 KiB 414, unknown paths 404 and wrong methods 405, each with {"error": "..."}. cpp-httplib
+// 0.11's limits: pipelined requests are not supported (only the first is answered), and after a
+// malformed or timed-out request line or header the connection stays until the keep-alive
+// timeout.
 //
 // Thread-safe: Stop from any thread; idempotent. The service (and the HTTPS files' owner) must
 // outlive the server.

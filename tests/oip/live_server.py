@@ -1,7 +1,8 @@
 """Starts an attnserve binary on 127.0.0.1 (ephemeral port) for a Python test, and stops it.
 
-Shared by the Open Inference Protocol test and the Python package's tests. The port is read from
-the server's "attnserve listening on ... (port N)" log line.
+Shared by the Open Inference Protocol tests and the Python package's tests. The gRPC port is read
+from the server's "attnserve listening on ... (port N)" log line, the REST port from the line that
+follows it, "Open Inference Protocol REST at http[s]://host:N/v2" (or "REST off").
 """
 import os
 import re
@@ -10,10 +11,15 @@ import tempfile
 import time
 
 _PORT_LINE = re.compile(r"attnserve listening on .*\(port (\d+)\)")
+_REST_LINE = re.compile(r"Open Inference Protocol REST at (https?)://[^ ]*:(\d+)/v2 ")
+_REST_OFF_LINE = re.compile(r"REST off \(")
 
 
 class LiveServer:
-    """`with LiveServer(binary, "--model-repository", path) as server:` -> server.target."""
+    """`with LiveServer(binary, "--model-repository", path) as server:` -> server.target.
+
+    Also server.http_port (None when REST is off) and server.http_scheme ("http" or "https").
+    """
 
     def __init__(self, binary, *args, startup_timeout_s=60.0):
         self._command = [binary, "--grpc-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0",
@@ -21,6 +27,8 @@ class LiveServer:
                          "--compute-threads", "1", *args]
         self._timeout = startup_timeout_s
         self.target = None
+        self.http_port = None
+        self.http_scheme = None
         self.process = None
 
     def __enter__(self):
@@ -29,9 +37,15 @@ class LiveServer:
         deadline = time.monotonic() + self._timeout
         while time.monotonic() < deadline:
             with open(self._log.name) as log:
-                match = _PORT_LINE.search(log.read())
-            if match:
+                text = log.read()
+            match = _PORT_LINE.search(text)
+            rest = _REST_LINE.search(text)
+            # The REST line (or "REST off") follows the gRPC one; wait for it too.
+            if match and (rest or _REST_OFF_LINE.search(text)):
                 self.target = f"127.0.0.1:{match.group(1)}"
+                if rest:
+                    self.http_scheme = rest.group(1)
+                    self.http_port = int(rest.group(2))
                 return self
             if self.process.poll() is not None:
                 break
