@@ -15,6 +15,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
@@ -49,31 +50,71 @@ namespace json_numbers_internal {
 inline bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-// The length of the JSON number at the start of `text` (RFC 8259's grammar), 0 if none.
-inline size_t NumberLength(std::string_view text) {
-  size_t i = 0;
-  if (i < text.size() && text[i] == '-') ++i;
-  if (i >= text.size()) return 0;
-  if (text[i] == '0') {
-    ++i;
-  } else if (IsDigit(text[i])) {
-    while (i < text.size() && IsDigit(text[i])) ++i;
+// 10^0 .. 10^22, every one exact in a double.
+inline constexpr double kExactPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+// Reads the JSON number (RFC 8259's grammar) at the start of [p, end) into *value, correctly
+// rounded; returns its length, or 0 if none starts there. Most numbers take Clinger's fast path:
+// with at most 2^53 in its digits and a power of ten up to 10^22, both are exact doubles and one
+// multiplication or division rounds correctly. The others go to std::from_chars.
+inline size_t ReadNumber(const char* p, const char* end, double* value) {
+  const char* const start = p;
+  const bool negative = p < end && *p == '-';
+  if (negative) ++p;
+  if (p >= end || !IsDigit(*p)) return 0;
+  uint64_t mantissa = 0;
+  int digits = 0;  // Digits in the mantissa, counted from the first non-zero one.
+  int exponent = 0;
+  bool exact = true;  // The mantissa holds every digit.
+  const auto take = [&](char digit) {
+    if (digits < 19) {
+      mantissa = mantissa * 10 + static_cast<uint64_t>(digit - '0');
+      if (mantissa != 0) ++digits;
+      return true;
+    }
+    exact = false;  // A digit past the 19th: from_chars reads the number.
+    return false;
+  };
+  if (*p == '0') {
+    ++p;
   } else {
-    return 0;
+    while (p < end && IsDigit(*p)) {
+      if (!take(*p)) ++exponent;
+      ++p;
+    }
   }
-  if (i < text.size() && text[i] == '.') {
-    const size_t start = ++i;
-    while (i < text.size() && IsDigit(text[i])) ++i;
-    if (i == start) return 0;
+  if (p < end && *p == '.') {
+    ++p;
+    if (p >= end || !IsDigit(*p)) return 0;
+    while (p < end && IsDigit(*p)) {
+      if (take(*p)) --exponent;
+      ++p;
+    }
   }
-  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
-    ++i;
-    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
-    const size_t start = i;
-    while (i < text.size() && IsDigit(text[i])) ++i;
-    if (i == start) return 0;
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    const bool minus = p < end && *p == '-';
+    if (p < end && (*p == '+' || *p == '-')) ++p;
+    if (p >= end || !IsDigit(*p)) return 0;
+    int written = 0;
+    while (p < end && IsDigit(*p)) {
+      if (written < 100000) written = written * 10 + (*p - '0');
+      ++p;
+    }
+    exponent += minus ? -written : written;
   }
-  return i;
+  const size_t length = static_cast<size_t>(p - start);
+  if (exact && mantissa <= (uint64_t{1} << 53) && exponent >= -22 && exponent <= 22) {
+    const double m = static_cast<double>(mantissa);
+    const double magnitude =
+        exponent < 0 ? m / kExactPowersOfTen[-exponent] : m * kExactPowersOfTen[exponent];
+    *value = negative ? -magnitude : magnitude;
+    return length;
+  }
+  if (std::from_chars(start, p, *value).ec != std::errc()) return 0;
+  return length;
 }
 
 }  // namespace json_numbers_internal
@@ -111,12 +152,10 @@ inline size_t ParseJsonNumberArray(std::string_view text, int max_depth, std::ve
       ++i;
     } else {
       if (!expect_value || depth == 0) break;
-      const size_t length = json_numbers_internal::NumberLength(text.substr(i));
       double value = 0;
-      if (length == 0 ||
-          std::from_chars(text.data() + i, text.data() + i + length, value).ec != std::errc()) {
-        break;
-      }
+      const size_t length =
+          json_numbers_internal::ReadNumber(text.data() + i, text.data() + text.size(), &value);
+      if (length == 0) break;
       if (!std::isfinite(static_cast<float>(value))) break;
       out->push_back(value);
       expect_value = false;

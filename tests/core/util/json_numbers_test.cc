@@ -2,8 +2,11 @@
 // FP32 values written so that they read back bit for bit.
 #include "core/util/json_numbers.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,60 @@ TEST(JsonNumbersTest, WrittenFloatsReadBackBitForBit) {
   for (size_t i = 0; i < values.size(); ++i) {
     const float value = static_cast<float>(back[i]);
     EXPECT_EQ(std::memcmp(&value, &values[i], sizeof(float)), 0) << i;
+  }
+}
+
+// The fast path must read every number exactly as std::from_chars (correct rounding) does.
+TEST(JsonNumbersTest, ReadsEveryNumberAsFromCharsDoes) {
+  std::mt19937_64 random(7);
+  std::vector<std::string> texts = {"0",
+                                    "-0",
+                                    "0.0",
+                                    "-0.0",
+                                    "1",
+                                    "9007199254740993",
+                                    "9007199254740992",
+                                    "123456789012345678901",
+                                    "1e22",
+                                    "1e23",
+                                    "1e-22",
+                                    "1e-23",
+                                    "4.9e-324",
+                                    "2.2250738585072014e-308",
+                                    "1.7976931348623157e308",
+                                    "0.1",
+                                    "0.30000000000000004",
+                                    "1E+2",
+                                    "1e-0",
+                                    "100000000000000000000000000000e-30"};
+  std::uniform_int_distribution<uint32_t> bits32;
+  std::uniform_int_distribution<uint64_t> bits64;
+  for (int i = 0; i < 200000; ++i) {
+    char text[64];
+    if (i % 2 == 0) {
+      const uint32_t word = bits32(random);
+      float value;
+      std::memcpy(&value, &word, sizeof(value));
+      if (!std::isfinite(value)) continue;
+      texts.emplace_back(text, std::to_chars(text, text + sizeof(text), value).ptr);
+    } else {
+      const uint64_t word = bits64(random);
+      double value;
+      std::memcpy(&value, &word, sizeof(value));
+      if (!std::isfinite(value)) continue;
+      texts.emplace_back(text, std::to_chars(text, text + sizeof(text), value).ptr);
+    }
+  }
+  for (const std::string& text : texts) {
+    double fast = 0;
+    double reference = 0;
+    ASSERT_EQ(json_numbers_internal::ReadNumber(text.data(), text.data() + text.size(), &fast),
+              text.size())
+        << text;
+    ASSERT_EQ(std::from_chars(text.data(), text.data() + text.size(), reference).ec, std::errc())
+        << text;
+    ASSERT_EQ(std::memcmp(&fast, &reference, sizeof(double)), 0)
+        << text << ": " << fast << " vs " << reference;
   }
 }
 
