@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/util/echo.h"
+#include "server/conversion/grpc_status.h"
 #include "server/conversion/oip_rest/rest_infer.h"
 #include "spdlog/spdlog.h"
 
@@ -56,7 +57,19 @@ class OpenCall {
 
 // The gRPC code an HTTP reply is counted under in the metrics (their `code` label).
 grpc::StatusCode MeteredCode(const absl::Status& status) {
-  return static_cast<grpc::StatusCode>(status.code());
+  return ToGrpcStatus(status).error_code();
+}
+
+// The route of model `name` when `version` is "" or its serving version; NotFound otherwise.
+absl::StatusOr<ModelRoute> ServingRoute(const ModelRouter& router, std::string_view name,
+                                        std::string_view version) {
+  absl::StatusOr<ModelRoute> route = router.Route(name);
+  if (!route.ok() || version.empty() || version == absl::StrCat(route->model->version)) {
+    return route;
+  }
+  return absl::NotFoundError(absl::StrCat("version: expected \"", route->model->version,
+                                          "\" (the serving version of model \"", route->model->name,
+                                          "\"), got \"", EchoForMessage(version), "\""));
 }
 
 }  // namespace
@@ -82,27 +95,16 @@ HttpReply RestService::ServerMetadata() const {
 }
 
 HttpReply RestService::ModelMetadata(std::string_view name, std::string_view version) const {
-  absl::StatusOr<ModelRoute> route = submitter_->router().Route(name);
+  absl::StatusOr<ModelRoute> route = ServingRoute(submitter_->router(), name, version);
   if (!route.ok()) return ErrorReply(route.status());
-  if (!version.empty() && version != absl::StrCat(route->model->version)) {
-    return ErrorReply(absl::NotFoundError(absl::StrCat(
-        "version: expected \"", route->model->version, "\" (the serving version of model \"",
-        route->model->name, "\"), got \"", EchoForMessage(version), "\"")));
-  }
   return JsonReply(200, oip_rest::ModelMetadataBody(*route->model));
 }
 
 HttpReply RestService::ModelReady(std::string_view name, std::string_view version) const {
-  absl::StatusOr<ModelRoute> route = submitter_->router().Route(name);
+  absl::StatusOr<ModelRoute> route = ServingRoute(submitter_->router(), name, version);
   if (!route.ok()) return ErrorReply(route.status());
-  if (!version.empty() && version != absl::StrCat(route->model->version)) {
-    return ErrorReply(absl::NotFoundError(
-        absl::StrCat("version: expected \"", route->model->version,
-                     "\" (the serving version), got \"", EchoForMessage(version), "\"")));
-  }
   const bool ready = !submitter_->draining();
-  return JsonReply(ready ? 200 : 503, absl::StrCat("{\"name\":", "\"", route->model->name,
-                                                   "\",\"ready\":", ready ? "true" : "false", "}"));
+  return JsonReply(ready ? 200 : 503, oip_rest::ModelReadyBody(route->model->name, ready));
 }
 
 HttpReply RestService::Infer(std::string_view name, std::string_view version, std::string_view body,

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "nlohmann/json.hpp"
 #include "server/conversion/oip/oip_conversion.h"
 
 namespace attnserve::server::oip_rest {
@@ -56,6 +57,11 @@ std::string ServerMetadataBody(std::string_view name, std::string_view version) 
   metadata.set_version(std::string(version));
   metadata.add_extensions("binary_tensor_data");
   return ServerMetadataJson(metadata);
+}
+
+std::string ModelReadyBody(std::string_view name, bool ready) {
+  return nlohmann::json{{"name", std::string(name)}, {"ready", ready}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string ModelMetadataBody(const model::Model& model) {

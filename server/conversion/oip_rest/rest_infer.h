@@ -50,6 +50,8 @@ class RestInfer {
 std::string ServerMetadataBody(std::string_view name, std::string_view version);
 // GET /v2/models/{name}'s body.
 std::string ModelMetadataBody(const model::Model& model);
+// GET /v2/models/{name}/ready's body: {"name", "ready"}.
+std::string ModelReadyBody(std::string_view name, bool ready);
 
 }  // namespace attnserve::server::oip_rest
 

@@ -424,10 +424,9 @@ absl::Status ToInputs(const Json& inputs, const Extractions& arrays, absl::strin
   return absl::OkStatus();
 }
 
+// *binary holds the request's default (binary_data_output) on entry.
 absl::Status ToOutputs(const Json& outputs, bool binary_default,
                        inference::ModelInferRequest* request, BinaryOutputs* binary) {
-  binary->output = binary_default;
-  binary->weights = binary_default;
   if (!outputs.is_array()) {
     return Invalid("outputs: expected an array of {\"name\": ...}, got ", TypeName(outputs));
   }
