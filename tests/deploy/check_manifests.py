@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drift check of the deployment files (issue 7) against the server and each other.
+"""Drift check of the deployment files against the server and each other.
 
 Usage: check_manifests.py --attnserve PATH/TO/attnserve [--root REPO_ROOT]
 

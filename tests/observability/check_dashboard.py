@@ -10,8 +10,8 @@
    error, since Grafana would send it unreplaced.
 3. Writes the queries as recording rules and runs `promtool check rules`: one that does not parse
    fails the check (and is then named, by checking each one alone).
-4. Checks every metric name used is one attnserve exports (the names fixed by issue 5), so the
-   dashboard cannot drift from the server.
+4. Checks every metric name used is one attnserve exports (the list below), so the dashboard
+   cannot drift from the server.
 Exits 0 when all is well, 1 otherwise.
 """
 import argparse
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-# The names attnserve exports (issue 5). Histograms are used through their series' suffixes.
+# The names attnserve exports. Histograms are used through their series' suffixes.
 HISTOGRAMS = [
     "attnserve_request_duration_seconds",
     "attnserve_queue_duration_seconds",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Static checks of the operator files (issue 5), no server needed:
+# Static checks of the operator files, no server needed:
 #   1. promtool check config deploy/prometheus.yml
 #   2. every query of deploy/grafana/attnserve.json parses as PromQL (via promtool check rules)
 #      and names only metrics attnserve exports — see check_dashboard.py for how.

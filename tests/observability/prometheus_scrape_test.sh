@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end check of attnserve's /metrics with a real Prometheus (issue 5):
+# End-to-end check of attnserve's /metrics with a real Prometheus:
 #   attnserve (ephemeral gRPC and metrics ports) ← Prometheus scraping every 1 s (its config
 #   derived from deploy/prometheus.yml) ← attnserve-cli bench driving ~300 unary Attend calls and
 #   six short runs of decoding sessions,
