@@ -1,6 +1,6 @@
-// DecodeRuntime: decoding sessions with continuous batching — the server runtime under a future
-// wire API (issue 19). No protobuf, gRPC or Prometheus: the layer above converts messages into
-// SessionSpec/StepRequest and reads DecodeStats or a DecodeListener for metrics.
+// DecodeRuntime: decoding sessions with continuous batching — the server runtime below any wire API
+// (attnserve.v1 Decode sits on it). No protobuf, gRPC or Prometheus: the layer above converts
+// messages into SessionSpec/StepRequest and reads DecodeStats or a DecodeListener for metrics.
 //
 // A session keeps K/V of its rows in the paged KV cache of its model version, so a client that
 // generates token by token sends only each new row. One loop thread forms iterations from the

@@ -1,4 +1,4 @@
-// DecodeMetrics: the Prometheus metrics of decoding sessions (attnserve.v1 Decode, issue 19).
+// DecodeMetrics: the Prometheus metrics of decoding sessions (attnserve.v1 Decode).
 //
 // Events (built once in the constructor; the hot path only increments or observes cached
 // children): attnserve_decode_sessions_closed_total{reason}, attnserve_decode_step_latency_seconds,

@@ -1,5 +1,5 @@
-// DecodeStreamReactor: one Decode call (attnserve.v1 decoding sessions, issue 19). The stream owns
-// the sessions it opens: each message's opens, steps and closes go to the DecodeRuntime, and the
+// DecodeStreamReactor: one Decode call (attnserve.v1 decoding sessions). The stream owns the
+// sessions it opens: each message's opens, steps and closes go to the DecodeRuntime, and the
 // message is answered with one DecodeResponse once all its items are done (an item that fails is
 // answered with its error; the others go on). Messages travel as raw bytes, parsed here; an
 // unparseable one is answered with DecodeResponse.error and the stream goes on.

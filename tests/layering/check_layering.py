@@ -23,7 +23,7 @@ ALLOWED = {
     "server/metrics": ["core/util"],
     "server/repository": ["core/model", "core", "core/util"],
     "server/runtime": BELOW_RUNTIME,
-    # Decoding sessions (issue 19): the KV cache and the iteration scheduler, below any wire API.
+    # Decoding sessions: the KV cache and the iteration scheduler, below any wire API.
     "server/decoding": ["server/batching", "core/kv_cache", "core/model", "core", "core/util"],
     "server/conversion": ["server/runtime"] + BELOW_RUNTIME,
     # One folder per wire protocol. The Open Inference Protocol reuses attnserve.v1's attention
