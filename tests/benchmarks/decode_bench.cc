@@ -1,15 +1,16 @@
-// Incremental-decoding benchmarks of attnserve_core_bench (issue 18), d_model 512, 8 heads, 2
+// Incremental-decoding benchmarks of attnserve_core_bench, d_model 512, 8 heads, 2
 // compute threads; argument bf16:0 is an fp32 model (fp32 KV cache), bf16:1 a bf16-compute model
 // whose cache stores K/V in bf16 (half the bytes per cached token):
 //   BM_DecodeBatched      64 sequences with 128 cached tokens each: one decode step of all 64 in
 //                         one CachedAttentionExecutor::Forward (M = 64 for the projections).
 //   BM_DecodeOneAtATime   the same 64 steps as 64 forwards of one sequence each.
-//   BM_DecodeGrowing      issue 19's service mix offline: 64 sequences prefilled with 64 tokens,
-//                         then 128 decode steps of all 64 (each grows every cache by one token,
-//                         64 -> 192, mean 128; a new block per sequence every 16 steps), on a
-//                         fresh pool each time; prefault:1 maps the pool's pages first, as the
-//                         server's idle loop does (--kv-cache-prefault-mb). Only the steps are
-//                         timed. Against BM_DecodeBatched/B:64/P:128 it shows what growth costs.
+//   BM_DecodeGrowing      run_decode_service_bench.sh's session mix, offline: 64 sequences
+//                         prefilled with 64 tokens, then 128 decode steps of all 64 (each grows
+//                         every cache by one token, 64 -> 192, mean 128; a new block per
+//                         sequence every 16 steps), on a fresh pool each time; prefault:1 maps
+//                         the pool's pages first, as the server's idle loop does
+//                         (--kv-cache-prefault-mb). Only the steps are timed. Against
+//                         BM_DecodeBatched/B:64/P:128 it shows what growth costs.
 //   BM_DecodeLong         one sequence at 2048 cached tokens, one full decode step (projections
 //                         included: their 4 MiB of weights are read too).
 //   BM_PagedDecodeKernel  the attention kernel alone: B:1/P:2048 for that step (8 heads × 2048

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 18's decode figures in one run: attnserve's KV-cache decode benchmarks (and the machine's
-# read bandwidth) from attnserve_core_bench, then PyTorch 1.13 on the same shapes.
+# The incremental-decoding figures in one run: attnserve's KV-cache decode benchmarks (and the
+# machine's read bandwidth) from attnserve_core_bench, then PyTorch 1.13 on the same shapes.
 #
 # Usage: tests/benchmarks/run_decode_bench.sh     (BUILD_DIR: build directory, default <repo>/build)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's loopback targets for decoding sessions: `attnserve-cli bench --sessions` against a
+# Loopback throughput and latency of decoding sessions: `attnserve-cli bench --sessions` against a
 # server on a free 127.0.0.1 port (embedded demo model: d_model 512, 8 heads), client and server
 # on the same cores. For each compute type (COMPUTE_DTYPES) it runs, each on a fresh server:
 #   on-1x64   continuous batching, one stream sending one message of 64 one-row steps per round
@@ -11,10 +11,10 @@
 #             stream at round LONG_AT (steps' latency before / during / after it)
 # and, right after on-1x64, the core's offline decode of the same mix in the same minute
 # (attnserve_core_bench's BM_DecodeBatched/B:64/P:128, median of 3; this host's speed drifts by
-# 15-30 % from minute to minute), with the service's share of it (issue 19: >= 60 %).
-# Every step grows the sessions' cache, so the runs keep the mean cached context at the issue's
-# 128 tokens: CONTEXT prompt rows then STEPS rounds (64 + 128, from 64 to 192 tokens; the 32
-# rounds of 112 + 32 were too short: their tokens/s moved by 30 % from run to run),
+# 15-30 % from minute to minute), with the service's share of it (the target: >= 60 %).
+# Every step grows the sessions' cache, so the runs keep the mean cached context at 128 tokens, the
+# core benchmark's P:128: CONTEXT prompt rows then STEPS rounds (64 + 128, from 64 to 192 tokens;
+# 32 rounds of 112 + 32 are too short: their tokens/s moves by 30 % from run to run),
 # and prints one table row per run (tokens/s, step p50/p99, the server's CPU seconds for the run
 # and the client's for its rounds: with 64 clients the two together keep both cores busy; the
 # server's CPU per step message alone is run_decode_service_cpu.sh's).

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The server's CPU per Decode step message and where it goes (issue 19's "report the server CPU
-# per step message"): starts attnserve (embedded demo model, d_model 512, 8 heads) on a free
-# loopback port and runs attnserve_decode_service_cpu against it: one stream, SESSIONS sessions of
-# CONTEXT prompt rows, then MESSAGES messages of SESSIONS one-row steps, one in flight at a time;
-# it prints the server's CPU per message by thread name. With PERF=1 the server is also sampled by
-# `perf record` for PERF_S seconds of the measured run, and the top threads/objects and symbols
-# are printed (needs `perf`, Debian package linux-perf: present on the dev machine, not installed by
-# deploy/install-deps.sh, since nothing in CI runs it).
+# The server's CPU per Decode step message and where it goes: starts attnserve (embedded demo model,
+# d_model 512, 8 heads) on a free loopback port and runs attnserve_decode_service_cpu against it:
+# one stream, SESSIONS sessions of CONTEXT prompt rows, then MESSAGES messages of SESSIONS one-row
+# steps, one in flight at a time; it prints the server's CPU per message by thread name. With PERF=1
+# the server is also sampled by `perf record` for PERF_S seconds of the measured run, and the top
+# threads/objects and symbols are printed (needs `perf`, Debian package linux-perf: present on the
+# dev machine, not installed by deploy/install-deps.sh, since nothing in CI runs it).
 #
 # Usage: tests/benchmarks/run_decode_service_cpu.sh [BUILD_DIR]
 #   Environment: MESSAGES (2000), SESSIONS (64), CONTEXT (128), ROUND (32: step messages between

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 20's targets, measured A/B against one server (demo model, T=128), the two sides of each
-# comparison interleaved so that drift on a shared machine falls on both alike (A B, B A, A B, ...):
+# The Open Inference Protocol and Python client targets, measured A/B against one server (demo
+# model, T=128), the two sides of each comparison interleaved so that drift on a shared machine
+# falls on both alike (A B, B A, A B, ...):
 #   (1) ModelInfer vs Attend throughput: `attnserve-cli bench --protocol oip` vs `--protocol v1`,
 #       closed loop, concurrency 16 and 64, DURATION_S seconds each after 100 warm-up requests
 #       (target: ModelInfer within 5 % of Attend);

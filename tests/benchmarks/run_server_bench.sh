@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Server benchmark: starts attnserve (demo model) once per scenario, drives it with
 # `attnserve-cli bench`, compares with the core alone (attnserve_offline_bench) and prints a
-# markdown table against the targets:
+# markdown table against the server's performance targets:
 #   (a) T=16, concurrency 64: throughput with default batching vs --max-batch-sequences 1 (>= 4x)
 #   (b) T=128, concurrency 1: p50 latency vs the core alone, B=1 T=128 (<= +0.3 ms); and with a
 #       1 ms queue delay, for what waiting costs

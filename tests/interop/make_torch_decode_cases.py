@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Writes the incremental-decoding cases torch_decode_interop_test.cc checks attnserve's KV cache
-against (issue 18).
+"""Writes the incremental-decoding cases against which torch_decode_interop_test.cc checks
+attnserve's KV cache.
 
 torch 1.13 has no KV cache in nn.MultiheadAttention, so its incremental decoding is the module
 fed the growing prefix: at step t the query is token t alone and the keys/values are tokens
