@@ -1,6 +1,6 @@
-// Model folders: LoadModelFolder on good folders and the embedded demo model, and every kind of
-// broken folder the issue lists — each gives its own clear error naming the file, and a repository
-// holding it keeps serving the other models.
+// Model folders: LoadModelFolder on good folders and the embedded demo model, and each broken
+// folder of kBrokenFolders (the checks docs/MODELS.md lists) — each gives its own clear error
+// naming the file, and a repository holding it keeps serving the other models.
 
 #include <cctype>
 #include <cstring>

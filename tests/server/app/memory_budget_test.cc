@@ -1,8 +1,8 @@
-// The hardening issue's memory scenario against the real binary: 48 requests of 60 MB each (each
-// within the 64 MiB message limit) sent at once to a server with its default byte budgets. Before
-// the budgets it reached 7.35 GiB. Now the queues refuse what would pass 256 MiB per model at once
-// (RESOURCE_EXHAUSTED naming max_queued_bytes), every admitted request is answered, and the
-// server's peak resident memory stays under its idle size plus the documented worst case
+// A memory flood against the real binary: 48 requests of 60 MB each (each within the 64 MiB message
+// limit) sent at once to a server with its default byte budgets. Without byte budgets this load
+// takes the server to 7.35 GiB resident. With them the queues refuse what would pass 256 MiB per
+// model at once (RESOURCE_EXHAUSTED naming max_queued_bytes), every admitted request is answered,
+// and the server's peak resident memory stays under its idle size plus the documented worst case
 // (docs/SERVER.md, "Memory"): the queued inputs, the gRPC quota for messages being received, and
 // the batch computing with its answers. Calls gRPC resets under its quota also end
 // RESOURCE_EXHAUSTED.
