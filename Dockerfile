@@ -28,9 +28,14 @@ COPY core core
 COPY proto proto
 COPY server server
 COPY client client
+COPY tools/cmake tools/cmake
 COPY deploy/runtime-packages.sh deploy/
 # Compile jobs: two by default, as on the reference machine (`--build-arg JOBS=8` on a bigger one).
 ARG JOBS=2
+# The git revision `attnserve --version` and attnserve_build_info report: the build context has no
+# .git, so pass it in (`--build-arg ATTNSERVE_GIT_REVISION=$(git rev-parse --short=12 HEAD)`);
+# "unknown" without it.
+ARG ATTNSERVE_GIT_REVISION=
 RUN cmake -S . -B /build -G Ninja -DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF \
         -DATTNSERVE_BUILD_TOOLS=OFF \
     && cmake --build /build -j "$JOBS" --target attnserve attnserve-cli \

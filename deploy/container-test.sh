@@ -109,10 +109,17 @@ log "engine and base images ready after $(($(date +%s) - start)) s"
 
 # --- 3. build ---
 build_start=$(date +%s)
-docker build --network host -t "$image" "$root" >"$work/build.log" 2>&1 ||
+revision=$(git -c safe.directory="$root" -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+docker build --network host --build-arg "ATTNSERVE_GIT_REVISION=$revision" -t "$image" "$root" \
+  >"$work/build.log" 2>&1 ||
   { tail -40 "$work/build.log"; fail "docker build"; }
 size_bytes=$(docker image inspect --format '{{.Size}}' "$image")
 log "built $image in $(($(date +%s) - build_start)) s; image size $((size_bytes / 1000000)) MB"
+# The image reports the release and the revision it was built from.
+version_line=$(docker run --rm --network none "$image" --version | head -1)
+[[ $version_line == "attnserve "*" (git $revision)" ]] ||
+  fail "attnserve --version in the image says '$version_line', not the revision $revision"
+log "image: $version_line"
 
 # --- 4. run ---
 # podman: a containers.conf of this script's own (deploy/podman-config.sh), then the image Docker

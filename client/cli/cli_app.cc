@@ -1,5 +1,7 @@
 #include "client/cli/cli_app.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -7,8 +9,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "attnserve/client/client.h"
 #include "attnserve/client/infer_client.h"
+#include "attnserve/version.h"
 #include "client/cli/attend_command.h"
 #include "client/cli/bench_command.h"
 #include "client/cli/decode_bench_command.h"
@@ -87,9 +91,13 @@ client::WireDtype WireDtypeNamed(const std::string& name) {
 
 }  // namespace
 
-int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+           std::string_view git_revision) {
   CLI::App app{"attnserve-cli: call an attnserve server (models, health, attention, load tests)",
                "attnserve-cli"};
+  app.set_version_flag("--version",
+                       absl::StrCat("attnserve-cli ", kVersion, " (git ", std::string(git_revision),
+                                    ")\ngRPC ", grpc::Version()));
   app.require_subcommand(1);
   // Global options are also accepted after the subcommand: `attnserve-cli health --quiet`.
   app.fallthrough();

@@ -9,14 +9,17 @@
 
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace attnserve::cli {
 
 // `args` excludes the program name. Returns the exit status: 0 on success (for health: the
 // service is SERVING; for bench: no request failed), 1 on failure with "error: ..." on `err`,
-// CLI11's status for usage errors (and 0 for --help, printed on `out`).
-int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// CLI11's status for usage errors (and 0 for --help and --version, printed on `out`).
+// `git_revision` is what --version reports beside the release (main() passes the build's).
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+           std::string_view git_revision = "unknown");
 
 }  // namespace attnserve::cli
 

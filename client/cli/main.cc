@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "attnserve/git_revision.h"
 #include "client/cli/cli_app.h"
 
 int main(int argc, char** argv) {
@@ -13,5 +14,5 @@ int main(int argc, char** argv) {
   // 1.51; seen as a 10 s stall at exit). A health check must return at once.
   grpc_init();
   const std::vector<std::string> args(argv + 1, argv + argc);
-  return attnserve::cli::RunCli(args, std::cout, std::cerr);
+  return attnserve::cli::RunCli(args, std::cout, std::cerr, ATTNSERVE_GIT_REVISION);
 }

@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "attnserve/git_revision.h"
 #include "server/app/logging.h"
 #include "server/app/server.h"
 #include "server/app/server_flags.h"
@@ -62,8 +63,11 @@ int main(int argc, char** argv) {
   CLI::App app{"attnserve: multi-head attention inference over gRPC, batched on the CPU"};
   ServerFlags flags;
   attnserve::server::AddServerFlags(app, flags);
+  app.set_version_flag("--version",
+                       [] { return attnserve::server::VersionText(ATTNSERVE_GIT_REVISION); });
   CLI11_PARSE(app, argc, argv);
   attnserve::server::FinishServerFlags(flags);
+  flags.server.git_revision = ATTNSERVE_GIT_REVISION;
 
   if (absl::Status status = attnserve::server::ConfigureLogging(flags.log_level, flags.log_format);
       !status.ok()) {

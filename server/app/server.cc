@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "attnserve/version.h"
 #include "core/onednn_support.h"
 #include "server/app/accept_guard.h"
 #include "server/app/kv_cache_budget.h"
@@ -169,7 +170,8 @@ BatchRunner::BatchListener BatchMetricsListener(metrics::ServerMetrics* metrics)
 std::unique_ptr<metrics::ServerMetrics> MakeMetrics(const ServerOptions& options) {
   if (options.metrics_address.empty()) return nullptr;
   return std::make_unique<metrics::ServerMetrics>(metrics::BuildInfo{
-      .version = ATTNSERVE_VERSION,
+      .version = kVersion,
+      .revision = options.git_revision,
       .onednn_version = core::OneDnnVersion(),
       .isa = core::OneDnnIsa(),
       .native_bf16 = core::HasNativeBf16(),
@@ -209,7 +211,7 @@ absl::Status Server::StartHttpServer() {
   if (options_.http.address.empty()) return absl::OkStatus();
   rest_service_ = std::make_unique<http::RestService>(
       &service_->submitter(), &service_->open_calls(),
-      InferenceServerIdentity{.name = "attnserve", .version = ATTNSERVE_VERSION});
+      InferenceServerIdentity{.name = "attnserve", .version = kVersion});
   std::optional<http::HttpsFiles> https;
   if (tls_files_ != nullptr) {
     https =
@@ -325,7 +327,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& reque
   // The Open Inference Protocol on the same port, through the same submitter and drain.
   server->inference_service_ = std::make_unique<InferenceService>(
       &server->service_->submitter(), &server->service_->open_calls(),
-      InferenceServerIdentity{.name = "attnserve", .version = ATTNSERVE_VERSION});
+      InferenceServerIdentity{.name = "attnserve", .version = kVersion});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -28,6 +28,9 @@ struct ServerOptions {
   // host:port of the Prometheus endpoint (HTTP, path /metrics); port 0 picks a free port
   // (Server::metrics_port() tells which); "" = no metrics at all.
   std::string metrics_address = "0.0.0.0:8002";
+  // The git revision the binary was built from, for attnserve_build_info{revision} and the
+  // startup summary; main() sets it from the build. "unknown" when not known.
+  std::string git_revision = "unknown";
   repository::ModelRepositoryOptions repository;
   // Milliseconds between repository scans for added, changed or removed model folders; 0 = never
   // (models load once at start).

@@ -1,5 +1,7 @@
 #include "server/app/startup_summary.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "attnserve/version.h"
 #include "core/attention_config.h"
 #include "core/onednn_support.h"
 #include "server/app/tls_credentials.h"
@@ -38,7 +41,14 @@ std::string EnvOr(const char* name, const char* fallback) {
 
 }  // namespace
 
+std::string VersionText(std::string_view git_revision) {
+  return absl::StrCat("attnserve ", kVersion, " (git ", std::string(git_revision), ")\noneDNN ",
+                      core::OneDnnVersion(), " (ISA ", core::OneDnnIsa(), ")\ngRPC ",
+                      grpc::Version());
+}
+
 void LogStartupSummary(Server& server, const ServerOptions& options) {
+  spdlog::info("attnserve {} (git {})", kVersion, options.git_revision);
   // Show the port actually bound (the address may have asked for port 0).
   const std::string& address = options.grpc_address;
   const std::string host = address.substr(0, address.rfind(':'));

@@ -229,6 +229,7 @@ ServerMetrics::ServerMetrics(const BuildInfo& build)
           "computes bf16 natively (bf16 models load only then, unless emulation is allowed).")
       .Register(*registry_)
       .Add({{"version", build.version},
+            {"revision", build.revision},
             {"onednn_version", build.onednn_version},
             {"isa", build.isa},
             {"native_bf16", build.native_bf16 ? "true" : "false"}})

@@ -73,11 +73,12 @@ std::vector<double> LatencyBucketsSeconds();
 std::vector<double> BatchSequenceBuckets();
 std::vector<double> BatchTokenBuckets();
 
-// The build attnserve_build_info{version,onednn_version,isa,native_bf16} describes.
+// The build attnserve_build_info{version,revision,onednn_version,isa,native_bf16} describes.
 struct BuildInfo {
-  std::string version;
-  std::string onednn_version;
-  std::string isa;
+  std::string version = {};   // The release, e.g. "1.0.0".
+  std::string revision = {};  // The git revision built from, e.g. "0123456789ab" or "...+dirty".
+  std::string onednn_version = {};
+  std::string isa = {};
   bool native_bf16 = false;  // Whether bf16 compute_dtype runs natively (not emulated).
 };
 

@@ -123,7 +123,8 @@ TEST(ServerMetricsTest, SnapshotsAreReadAtScrapeTime) {
 }
 
 TEST(ServerMetricsTest, BuildInfoLoadFailuresAndInflight) {
-  ServerMetrics metrics({.version = "1.2.3", .onednn_version = "2.6.3", .isa = "avx2"});
+  ServerMetrics metrics(
+      {.version = "1.2.3", .revision = "0123456789ab", .onednn_version = "2.6.3", .isa = "avx2"});
   metrics.CountLoadFailure("broken");
   metrics.CountLoadFailure("broken");
   metrics.RequestStarted();
@@ -139,7 +140,7 @@ TEST(ServerMetricsTest, BuildInfoLoadFailuresAndInflight) {
   EXPECT_EQ(
       ValueOf(samples,
               "attnserve_build_info{isa=\"avx2\",native_bf16=\"false\",onednn_version=\"2.6.3\","
-              "version=\"1.2.3\"}"),
+              "revision=\"0123456789ab\",version=\"1.2.3\"}"),
       1);
   EXPECT_EQ(ValueOf(samples, "attnserve_model_load_failures_total{model=\"broken\"}"), 2);
   EXPECT_EQ(ValueOf(samples, "attnserve_inflight_requests"), 1);
