@@ -65,7 +65,8 @@ absl::Status InfoCommand(client::Client& client, const std::string& model, std::
               {"max_batch_tokens:", absl::StrCat(info->batching.max_batch_tokens)},
               {"max_queue_delay_us:", absl::StrCat(info->batching.max_queue_delay_us)},
               {"max_queue_size:", absl::StrCat(info->batching.max_queue_size)},
-              {"max_queued_bytes:", absl::StrCat(info->batching.max_queued_bytes)}},
+              {"max_queued_bytes:", absl::StrCat(info->batching.max_queued_bytes)},
+              {"server_version:", info->server_version}},
              out);
   return absl::OkStatus();
 }

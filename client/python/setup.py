@@ -6,6 +6,7 @@ Needs Debian's python3-grpcio, python3-grpc-tools (grpc_tools.protoc), python3-p
 python3-numpy; attnserve.torch needs python3-torch.
 """
 import os
+import re
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -15,6 +16,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO_ROOT = next(p for p in (os.path.join(HERE, "proto"), os.path.join(HERE, "..", "..", "proto"))
                   if os.path.isdir(p))
 PROTOS = ["attnserve/v1/attention.proto"]
+
+
+def project_version():
+    """The release: CMakeLists.txt's project(attnserve VERSION x.y.z), the one place it is set."""
+    with open(os.path.join(HERE, "..", "..", "CMakeLists.txt")) as cmake:
+        match = re.search(r"project\(attnserve VERSION ([0-9]+\.[0-9]+\.[0-9]+)", cmake.read())
+    if match is None:
+        raise RuntimeError("CMakeLists.txt has no project(attnserve VERSION x.y.z)")
+    return match.group(1)
 
 
 class BuildWithStubs(build_py):
@@ -35,7 +45,7 @@ class BuildWithStubs(build_py):
 
 setup(
     name="attnserve",
-    version="0.1.0",
+    version=project_version(),
     description="Client for attnserve, a CPU multi-head attention gRPC service",
     packages=["attnserve", "attnserve.v1"],
     package_dir={"attnserve.v1": "attnserve/v1"},

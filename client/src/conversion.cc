@@ -260,7 +260,8 @@ ModelInfo ReadModelInfo(const v1::ModelInfo& info) {
           .max_sequence_length = info.max_sequence_length(),
           .version = info.version(),
           .source = info.source(),
-          .is_default = info.is_default()};
+          .is_default = info.is_default(),
+          .server_version = info.server_version()};
 }
 
 }  // namespace attnserve::client::internal

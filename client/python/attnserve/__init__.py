@@ -9,8 +9,15 @@ AttnserveError with the gRPC code and message. Client.decode() / decode_stream()
 sessions that keep their keys and values on the server (attnserve.decoding). attnserve.torch
 holds RemoteMultiheadAttention and RemoteCausalDecoder.
 """
+from importlib import metadata as _metadata
+
 from attnserve.client import AsyncClient, AttnserveError, Client, ModelInfo
 from attnserve.decoding import AsyncDecodeSession, AsyncDecodeStream, DecodeSession, DecodeStream
+
+try:
+    __version__ = _metadata.version("attnserve")  # setup.py takes it from CMakeLists.txt
+except _metadata.PackageNotFoundError:  # imported from the source tree, not installed
+    __version__ = "unknown"
 
 __all__ = ["AsyncClient", "AsyncDecodeSession", "AsyncDecodeStream", "AttnserveError", "Client",
            "DecodeSession", "DecodeStream", "ModelInfo"]

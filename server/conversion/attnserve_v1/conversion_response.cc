@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "attnserve/version.h"
 #include "core/attention_config.h"
 #include "core/util/checked_math.h"
 #include "core/util/float_format.h"
@@ -108,6 +109,7 @@ void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is
   info->set_version(model.version);
   info->set_source(model.source);
   info->set_is_default(is_default);
+  info->set_server_version(kVersion);
 }
 
 void FillDecodeSessions(const SessionsPerVersion& sessions, v1::ModelInfo* info) {

@@ -116,6 +116,7 @@ struct ModelInfo {
   int64_t version = 0;
   std::string source = {};
   bool is_default = false;
+  std::string server_version = {};  // The attnserve release that answered, e.g. "1.0.0".
 };
 
 }  // namespace attnserve::client
