@@ -30,7 +30,7 @@ struct ExecutorOptions {
   // own threads share the same cores: budget compute_threads + other busy threads <= cores, and
   // run with OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 so idle OpenMP workers spin only
   // briefly (keeping back-to-back primitives fast) and then sleep instead of stealing the cores
-  // (README, "Threads").
+  // (docs/ARCHITECTURE.md, "Threads").
   int compute_threads = 0;
   // Target size of one tile of attention scores, in bytes (batch·heads·rows·keys·4); a tile
   // holds at least one query row of every head (heads·keys·4 bytes) even if that is more. Long

@@ -26,8 +26,8 @@ namespace {
 
 // libgomp reads its wait policy once, before main. Its default (spin ~300k times, then sleep)
 // makes idle compute threads steal the cores the gRPC threads need; sleeping at once costs a
-// wake-up between primitives (README, "Threads"). Unless the user chose, re-execute with
-// OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000: spin briefly, then sleep.
+// wake-up between primitives (docs/ARCHITECTURE.md, "Threads"). Unless the user chose,
+// re-execute with OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000: spin briefly, then sleep.
 void EnsureOpenMpWaitPolicy(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) {
     return;
