@@ -83,6 +83,12 @@ struct TileWorkspace {
   AlignedBuffer scores;         // One score tile.
   AlignedBuffer probabilities;  // bf16 compute: the tile's bf16 softmax output.
   AlignedBuffer head_major;     // bf16 compute: the tile's dense copies of Q, K and V.
+
+  void EndScratchWindow() {
+    for (AlignedBuffer* buffer : {&scratchpad, &scores, &probabilities, &head_major}) {
+      buffer->EndWindow();
+    }
+  }
 };
 
 }  // namespace
@@ -116,6 +122,9 @@ struct AttentionExecutor::Impl {
                    const void* probabilities, std::span<float> weights) const;
   // bf16 compute: `rows` × d_model f32 values rounded into `buffer`; returns the bf16 copy.
   const uint16_t* RoundedInput(const float* values, int64_t rows, int64_t d, AlignedBuffer& buffer);
+  // Counts one Forward(); every ExecutorOptions::scratch_window_forwards, ends every scratch
+  // buffer's window (AlignedBuffer::EndWindow).
+  void CountScratchWindow();
 
   ExecutorOptions options;
   dnnl::stream stream;
@@ -128,6 +137,7 @@ struct AttentionExecutor::Impl {
   AlignedBuffer rounded_memory;    // bf16 compute: the memory rows rounded to bf16.
   // One per OpenMP thread that attends tiles; the first also runs the batched tiles.
   std::vector<std::unique_ptr<TileWorkspace>> workspaces;
+  int forwards_in_window = 0;
 };
 
 AttentionExecutor::AttentionExecutor(const ExecutorOptions& options)
@@ -152,15 +162,29 @@ absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
                                               const AttentionInputs& in,
                                               const AttentionOutputs& out) {
   const OpenMpThreadsScope threads(options.compute_threads);
-  if (auto s = Compute(layer, in, out); !s.ok()) return s;
+  absl::Status status = Compute(layer, in, out);
   // fp32 overflow (inputs ~1e20 make QKᵀ infinite) must not come back as an OK answer.
-  if (const int64_t bad = FindNonFinite(out.output); bad >= 0) {
+  if (const int64_t bad = status.ok() ? FindNonFinite(out.output) : -1; bad >= 0) {
     const int64_t d = layer.config().d_model;
-    return absl::OutOfRangeError(absl::StrCat(
+    status = absl::OutOfRangeError(absl::StrCat(
         "output of sequence ", in.query.SequenceOfRow(bad / d),
         " is not finite: input values too large for fp32 attention (scores overflow)"));
   }
-  return absl::OkStatus();
+  CountScratchWindow();
+  return status;
+}
+
+void AttentionExecutor::Impl::CountScratchWindow() {
+  if (options.scratch_window_forwards <= 0 ||
+      ++forwards_in_window < options.scratch_window_forwards) {
+    return;
+  }
+  forwards_in_window = 0;
+  for (AlignedBuffer* buffer :
+       {&scratchpad, &projected, &projected_memory, &context, &rounded_query, &rounded_memory}) {
+    buffer->EndWindow();
+  }
+  for (const auto& workspace : workspaces) workspace->EndScratchWindow();
 }
 
 absl::Status AttentionExecutor::Impl::Compute(const AttentionLayer& layer,

@@ -2,7 +2,9 @@
 //
 // One executor per compute thread: it owns the per-shape oneDNN primitive caches and the scratch
 // buffers, so it is NOT thread-safe; any number of executors may share one AttentionLayer. After
-// a warm-up call with the same shapes, Forward() does no heap allocation of its own.
+// a warm-up call with the same shapes, Forward() does no heap allocation of its own (until a
+// scratch window ends with buffers far larger than recent calls needed: see
+// ExecutorOptions::scratch_window_forwards).
 //
 // What one Forward() does (multi-head; the single-head variant skips the last step):
 //   1. one fused projection over all rows: [N, d] · W_QKV → [N, 3d]   (cross-attention: queries ·
@@ -51,6 +53,12 @@ struct ExecutorOptions {
   // fixed set of sizes, so they need at most 95 per weight matrix for up to 8,192 rows whatever
   // the batch sizes; attention tiles need one per (sequences, rows, keys) shape.
   size_t max_cached_shapes = 512;
+  // Scratch memory follows recent batches, not the largest since start: every this many
+  // Forward() calls, each scratch buffer holding over twice what the largest of those calls
+  // needed (and at least 1 MiB) is freed, to be allocated again at the size then needed. One
+  // batch of 8,192 rows grows the Q|K|V buffer alone to 48 MiB at d_model 512; without this it
+  // would stay resident until exit. 0 = never free (buffers only grow).
+  int scratch_window_forwards = 128;
 };
 
 class AttentionExecutor {

@@ -90,6 +90,25 @@ TEST(ExecutorReuseTest, TinyCacheEvictsAndRebuilds) {
   RunCalls(executor, layers);
 }
 
+// With a scratch window of one call, every Forward() ends a window: after a large batch the next
+// small one frees the large scratch (over 1 MiB and over twice what it needs), and the large one
+// after it allocates it again. Each call is checked against the reference; under AddressSanitizer
+// any use of freed scratch is a report.
+TEST(ExecutorReuseTest, ScratchFreedAtTheEndOfAWindowIsAllocatedAgain) {
+  const std::vector<TestLayer> layers = MakeLayers();
+  const TestLayer& wide = layers[5];  // d_model 128: 2,048 rows make a 3 MiB Q|K|V buffer.
+  ASSERT_NE(wide.layer, nullptr);
+  core::AttentionExecutor executor({.scratch_window_forwards = 1});
+  const std::vector<std::vector<int64_t>> shapes = {{512, 512, 512, 512}, {17, 5}, {3},
+                                                    {512, 512, 512, 512}, {64},    {1024, 1024}};
+  for (size_t c = 0; c < shapes.size(); ++c) {
+    SCOPED_TRACE(::testing::Message() << "call " << c);
+    TestBatch batch = MakeBatch(wide.config.d_model, shapes[c], {}, 300 + c);
+    batch.causal = c % 2 == 1;
+    ExpectMatchesReference(executor, *wide.layer, wide.weights, batch);
+  }
+}
+
 TEST(ExecutorReuseTest, ExecutorsSharingOneLayerAgree) {
   const TestLayer layer = MakeTestLayer({.d_model = 32, .num_heads = 4, .bias = true}, 9);
   ASSERT_NE(layer.layer, nullptr);
