@@ -7,6 +7,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${ATTNSERVE_BUILD_DIR:-$root/build}
 
-"$root/deploy/build.sh"
+# Only what it runs: the build packages (no test frameworks, no PyTorch) and the server with
+# attnserve-cli to call it; deploy/test.sh adds the rest to the same build folder.
+ATTNSERVE_INSTALL_PROFILE=build ATTNSERVE_BUILD_TARGETS="attnserve attnserve-cli" \
+  "$root/deploy/build.sh" -DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF \
+  -DATTNSERVE_BUILD_TOOLS=OFF
 cd "$root"
 exec "$build_dir/server/attnserve" "$@"

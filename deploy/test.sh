@@ -6,7 +6,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${ATTNSERVE_BUILD_DIR:-$root/build}
 
 start=$(date +%s)
-"$root/deploy/build.sh"
+# Every target: tests, benchmarks and tools (switched back on if deploy/run.sh built this folder).
+"$root/deploy/build.sh" -DATTNSERVE_BUILD_TESTS=ON -DATTNSERVE_BUILD_BENCHMARKS=ON \
+  -DATTNSERVE_BUILD_TOOLS=ON
 echo "test.sh: build took $(($(date +%s) - start)) s"
 
 # Idle OpenMP workers spin only briefly, then sleep: tests run two at a time on two cores.
