@@ -313,7 +313,7 @@ absl::Status AttentionExecutor::Impl::AttendGroup(const AttentionConfig& config,
                        .kv_ld = op.kv_ld,
                        .out_ld = op.context_ld,
                        // A lone sequence's batch stride is irrelevant; keep it shape-only so that
-                       // equal tiles of different sequences share one cache entry.
+                       // equal bf16 tiles of different sequences share one cache entry.
                        .q_batch_stride = (batch > 1 ? t : rows) * op.q_ld,
                        .kv_batch_stride = (batch > 1 ? s : visible_keys) * op.kv_ld,
                        .out_batch_stride = (batch > 1 ? t : rows) * op.context_ld,
@@ -417,11 +417,11 @@ absl::Status AttentionExecutor::Impl::AttendTile(TileWorkspace& ws, const Attent
   // f32: softmax in place; bf16: f32 scores in, bf16 probabilities out.
   void* tile_probabilities =
       g.bf16 ? ws.probabilities.Reserve((g.score_elements() + 1) / 2) : tile_scores;
-  p.Scores(ws.stream, Advance(op.q, q_row * op.q_ld + column, op.bf16),
+  p.Scores(ws.stream, g, Advance(op.q, q_row * op.q_ld + column, op.bf16),
            Advance(op.k, kv_row * op.kv_ld + column, op.bf16), tile_scores, ws.scratchpad.data(),
            ws.head_major.data());
   SoftmaxTile(in, group, tile, tile_scores, tile_probabilities, parallel);
-  p.Values(ws.stream, tile_probabilities, Advance(op.v, kv_row * op.kv_ld + column, op.bf16),
+  p.Values(ws.stream, g, tile_probabilities, Advance(op.v, kv_row * op.kv_ld + column, op.bf16),
            Advance(op.context, q_row * op.context_ld + column, op.context_bf16),
            ws.scratchpad.data(), ws.head_major.data());
   if (!in.head_mask.empty()) ZeroDisabledHeads(in, op, group, tile);
