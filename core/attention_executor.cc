@@ -137,7 +137,7 @@ struct AttentionExecutor::Impl {
   AlignedBuffer rounded_memory;    // bf16 compute: the memory rows rounded to bf16.
   // One per OpenMP thread that attends tiles; the first also runs the batched tiles.
   std::vector<std::unique_ptr<TileWorkspace>> workspaces;
-  int forwards_in_window = 0;
+  ScratchWindow scratch_window{options.scratch_window_forwards};
 };
 
 AttentionExecutor::AttentionExecutor(const ExecutorOptions& options)
@@ -175,11 +175,7 @@ absl::Status AttentionExecutor::Impl::Forward(const AttentionLayer& layer,
 }
 
 void AttentionExecutor::Impl::CountScratchWindow() {
-  if (options.scratch_window_forwards <= 0 ||
-      ++forwards_in_window < options.scratch_window_forwards) {
-    return;
-  }
-  forwards_in_window = 0;
+  if (!scratch_window.CountUse()) return;
   for (AlignedBuffer* buffer :
        {&scratchpad, &projected, &projected_memory, &context, &rounded_query, &rounded_memory}) {
     buffer->EndWindow();

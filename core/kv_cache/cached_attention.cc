@@ -112,16 +112,12 @@ struct CachedAttentionExecutor::Impl {
   // half of it). Measured there: BM_DecodeBatched/B:64/P:128 bf16 (16.8 MB of K/V) ~15 % faster,
   // fp32 (33.6 MB, well above) unchanged (docs/PERFORMANCE.md).
   bool backwards = false;
-  int forwards_in_window = 0;
+  ScratchWindow scratch_window{options.scratch_window_forwards};
 
   // Every ExecutorOptions::scratch_window_forwards calls, frees scratch far larger than those
   // calls needed (AlignedBuffer::EndWindow): a long prompt's chunk must not keep its buffers.
   void CountScratchWindow() {
-    if (options.scratch_window_forwards <= 0 ||
-        ++forwards_in_window < options.scratch_window_forwards) {
-      return;
-    }
-    forwards_in_window = 0;
+    if (!scratch_window.CountUse()) return;
     for (AlignedBuffer* buffer : {&scratchpad, &projected, &context, &rounded}) buffer->EndWindow();
     for (auto* per_thread : {&probabilities, &keys, &values}) {
       for (AlignedBuffer& buffer : *per_thread) buffer.EndWindow();

@@ -65,6 +65,24 @@ class AlignedBuffer {
   size_t window_peak_ = 0;  // Largest Reserve() count since the last EndWindow().
 };
 
+// Counts an owner's uses of its buffers and says when a window ends (when to call EndWindow()):
+// every `uses_per_window` uses; never if it is 0 or less. Not thread-safe.
+class ScratchWindow {
+ public:
+  explicit ScratchWindow(int uses_per_window) : uses_per_window_(uses_per_window) {}
+
+  // Counts one use; true when it completes a window (the count then starts again).
+  bool CountUse() {
+    if (uses_per_window_ <= 0 || ++uses_ < uses_per_window_) return false;
+    uses_ = 0;
+    return true;
+  }
+
+ private:
+  int uses_per_window_;
+  int uses_ = 0;
+};
+
 }  // namespace attnserve::core
 
 #endif  // ATTNSERVE_CORE_UTIL_ALIGNED_BUFFER_H_

@@ -1,8 +1,10 @@
 // AlignedBuffer: alignment, growth, and EndWindow's release policy (free only storage of at least
-// 1 MiB holding more than twice the window's largest request; steady use never reallocates).
+// 1 MiB holding more than twice the window's largest request; steady use never reallocates), and
+// ScratchWindow's count of uses per window.
 #include "core/util/aligned_buffer.h"
 
 #include <cstdint>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -60,6 +62,17 @@ TEST(AlignedBufferTest, EndWindowFreesUnusedLargeStorageButNeverSmallStorage) {
   EXPECT_EQ(large.capacity(), 0u);
   EXPECT_GE(small.capacity(), kMiBFloats / 2);
   EXPECT_FALSE(large.EndWindow()) << "nothing left to free";
+}
+
+TEST(ScratchWindowTest, EndsAWindowEveryNUsesAndNeverWhenOff) {
+  ScratchWindow every_three(3);
+  std::vector<bool> ends;
+  for (int use = 0; use < 7; ++use) ends.push_back(every_three.CountUse());
+  EXPECT_EQ(ends, (std::vector<bool>{false, false, true, false, false, true, false}));
+  for (int period : {0, -1}) {
+    ScratchWindow off(period);
+    for (int use = 0; use < 10; ++use) EXPECT_FALSE(off.CountUse()) << period;
+  }
 }
 
 }  // namespace
