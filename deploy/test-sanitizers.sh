@@ -4,7 +4,7 @@
 #   asan — AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer): core, model, server
 #   tsan — ThreadSanitizer: server (batch scheduler, repository reloads and polling on
 #          several threads included), model, client, and the core's executors on two threads; one
-#          OpenMP thread
+#          OpenMP thread (the core's other tests are not built in this stage)
 # The asan preset compiles at -O1 -g1 (line tables only: reports still name file:line): on 2 cores
 # that halves the -O2 -g compile time (tests/server/service/decode_test.cc under ASan+UBSan,
 # 32 -> 16 s; the whole build 22.5 -> ~14 min), and it was CI's longest step. tsan stays at -O2 -g:
