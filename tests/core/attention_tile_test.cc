@@ -8,24 +8,16 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "core/onednn_support.h"
 #include "core/util/aligned_buffer.h"
+#include "tests/core/attention_test_support.h"
 
 namespace attnserve::core {
 namespace {
 
 constexpr int64_t kHeads = 3, kHeadDim = 8;
-
-std::vector<float> Random(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = uniform(rng);
-  return v;
-}
 
 // A self-describing f32 geometry: `batch` sequences of `rows` queries over `keys` keys, each
 // operand's rows `pad` elements wider than the heads need (so the strides are not the dense
@@ -50,10 +42,12 @@ TileGeometry F32(int64_t batch, int64_t rows, int64_t keys, int64_t pad) {
 // steps do not care whether they sum to one).
 void ExpectStepsMatchDoubleProducts(AttentionTileCache& cache, const TileGeometry& g,
                                     uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "batch " << g.batch << ", rows " << g.rows << ", keys "
-                                  << g.keys << ", ld " << g.q_ld);
-  const std::vector<float> q = Random(static_cast<size_t>(g.batch * g.q_batch_stride), seed);
-  const std::vector<float> kv = Random(static_cast<size_t>(g.batch * g.kv_batch_stride), seed + 1);
+  SCOPED_TRACE(::testing::Message() << "batch " << g.batch << ", rows " << g.rows << ", keys "
+                                    << g.keys << ", ld " << g.q_ld);
+  const std::vector<float> q =
+      attnserve::testing::UniformValues(static_cast<size_t>(g.batch * g.q_batch_stride), seed);
+  const std::vector<float> kv =
+      attnserve::testing::UniformValues(static_cast<size_t>(g.batch * g.kv_batch_stride), seed + 1);
   std::vector<float> out(static_cast<size_t>(g.batch * g.out_batch_stride), 0.0f);
   std::vector<float> scores(static_cast<size_t>(g.score_elements()));
   AlignedBuffer scratchpad(1), head_major(1);
