@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/attention_executor.h"
-#include "core/attention_layer.h"
-#include "core/onednn_support.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_layer.h"
+#include "core/forward/onednn_support.h"
 #include "tools/seed_example.h"
 
 namespace core = attnserve::core;

@@ -24,7 +24,7 @@ import torch
 CONFIG_FILE_NAME = "config.json"
 WEIGHTS_FILE_NAME = "weights.safetensors"
 NAMINGS = ("torch", "split")
-# attnserve's AttentionConfig accepts d_model up to this (core/attention_config.cc).
+# attnserve's AttentionConfig accepts d_model up to this (core/forward/attention_config.cc).
 MAX_D_MODEL = 65536
 
 # File dtype option -> (torch dtype, safetensors dtype name).

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/weight_naming.h"
 #include "server/repository/model_repository.h"

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "core/attention_config.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_weights.h"
 
 namespace attnserve::tools {
 

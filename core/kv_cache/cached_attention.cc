@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/bf16_conversion.h"
-#include "core/finite_values.h"
+#include "core/forward/bf16_conversion.h"
+#include "core/forward/finite_values.h"
+#include "core/forward/onednn_support.h"
+#include "core/forward/projection_runner.h"
 #include "core/kv_cache/paged_attention.h"
-#include "core/onednn_support.h"
-#include "core/projection_runner.h"
 #include "core/util/aligned_buffer.h"
 #include "core/util/openmp_regions.h"
 

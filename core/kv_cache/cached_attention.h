@@ -31,9 +31,9 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/attention_batch.h"
-#include "core/attention_executor.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_layer.h"
 #include "core/kv_cache/kv_block_pool.h"
 
 namespace attnserve::core {

@@ -8,7 +8,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
-#include "core/bf16_conversion.h"
+#include "core/forward/bf16_conversion.h"
 
 namespace attnserve::core {
 namespace {

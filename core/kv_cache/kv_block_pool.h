@@ -32,7 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 #include "core/kv_cache/kv_element_type.h"
 
 namespace attnserve::core {

@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
+#include "core/forward/onednn_support.h"
 #include "core/model/file_bytes.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/sha256.h"
 #include "core/model/weight_naming.h"
-#include "core/onednn_support.h"
 
 namespace attnserve::model {
 namespace {

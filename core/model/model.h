@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_layer.h"
 #include "core/model/model_config.h"
 
 namespace attnserve::model {

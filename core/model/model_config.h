@@ -22,7 +22,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 
 namespace attnserve::model {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_config.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/weight_naming.h"

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/finite_values.h"
+#include "core/forward/finite_values.h"
 
 namespace attnserve::model {
 namespace {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/attention_config.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/safetensors_file.h"
 
 namespace attnserve::model {

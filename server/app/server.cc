@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/version.h"
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 #include "server/app/accept_guard.h"
 #include "server/app/kv_cache_budget.h"
 #include "server/app/memory_trimmer.h"

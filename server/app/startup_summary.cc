@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/version.h"
-#include "core/attention_config.h"
-#include "core/onednn_support.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/onednn_support.h"
 #include "server/app/tls_credentials.h"
 #include "server/runtime/compute_budget.h"
 #include "spdlog/spdlog.h"

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/finite_values.h"
+#include "core/forward/finite_values.h"
 
 namespace attnserve::decoding {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 
 namespace attnserve::repository {
 

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "core/attention_batch.h"
+#include "core/forward/attention_batch.h"
 
 namespace attnserve::server {
 namespace {

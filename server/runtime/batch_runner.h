@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "server/batching/clock.h"
 #include "server/batching/shared_batch_scheduler.h"
 #include "server/runtime/attend_task.h"

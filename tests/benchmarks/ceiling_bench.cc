@@ -21,7 +21,7 @@
 #include <cstring>
 #include <dnnl.hpp>
 
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 #include "core/util/aligned_buffer.h"
 #include "core/util/per_isa_clones.h"
 #include "tests/benchmarks/flop_counters.h"

@@ -30,12 +30,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/attention_batch.h"
-#include "core/attention_config.h"
-#include "core/attention_executor.h"
-#include "core/attention_layer.h"
-#include "core/attention_weights.h"
-#include "core/onednn_support.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_layer.h"
+#include "core/forward/attention_weights.h"
+#include "core/forward/onednn_support.h"
 #include "tests/benchmarks/flop_counters.h"
 #include "tests/reference/reference_attention.h"
 

@@ -29,11 +29,11 @@
 #include <random>
 #include <vector>
 
-#include "core/attention_layer.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_layer.h"
+#include "core/forward/attention_weights.h"
+#include "core/forward/onednn_support.h"
 #include "core/kv_cache/cached_attention.h"
 #include "core/kv_cache/paged_attention.h"
-#include "core/onednn_support.h"
 
 namespace attnserve {
 namespace {

@@ -33,8 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/attention_layer.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_layer.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model.h"
 #include "server/decoding/decode_runtime.h"
 

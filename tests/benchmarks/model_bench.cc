@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model.h"
 #include "core/model/model_writer.h"
 

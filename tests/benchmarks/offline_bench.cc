@@ -25,9 +25,9 @@
 
 #include "CLI/CLI.hpp"
 #include "client/cli/load_stats.h"
-#include "core/attention_batch.h"
-#include "core/attention_config.h"
-#include "core/attention_executor.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_executor.h"
 #include "core/model/model.h"
 
 namespace attnserve::offline_bench {

@@ -1,10 +1,11 @@
 // Part of attnserve_core_bench: the per-row loops around the GEMMs, alone on one thread.
-//   BM_MaskedSoftmaxRow  the forward's fused softmax (core/masked_softmax.h) over a tile of score
+//   BM_MaskedSoftmaxRow  the forward's fused softmax (core/forward/masked_softmax.h) over a tile of
+//   score
 //                        rows (4096 rows of 128 keys, or 256 of 2048), f32 or bf16 output; the
 //                        scores are restored from a copy before each pass (not timed).
 //   BM_FindNonFinite     the finiteness scan every forward runs on its input and output
-//                        (core/finite_values.h), over 256 KiB (L2) and 8 MiB (a B=32, T=128,
-//                        d=512 batch) of finite floats.
+//                        (core/forward/finite_values.h), over 256 KiB (L2) and 8 MiB (a B=32,
+//                        T=128, d=512 batch) of finite floats.
 // Counters: items/s (scores or floats) and bytes/s (floats read).
 #include <benchmark/benchmark.h>
 
@@ -13,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "core/finite_values.h"
-#include "core/masked_softmax.h"
+#include "core/forward/finite_values.h"
+#include "core/forward/masked_softmax.h"
 
 namespace attnserve {
 namespace {

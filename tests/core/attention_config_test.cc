@@ -1,5 +1,5 @@
 // AttentionConfig: parameter counts, derived sizes, validation and the variant names.
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 
 #include <string>
 

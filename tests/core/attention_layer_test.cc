@@ -1,13 +1,13 @@
 // AttentionLayer::Create: validation of config and weights, the packed projections it holds, and
 // independence from the caller's weight buffers.
-#include "core/attention_layer.h"
+#include "core/forward/attention_layer.h"
 
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"

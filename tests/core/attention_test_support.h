@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/attention_batch.h"
-#include "core/attention_config.h"
-#include "core/attention_executor.h"
-#include "core/attention_layer.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_layer.h"
+#include "core/forward/attention_weights.h"
 #include "gtest/gtest.h"
 
 namespace attnserve::testing {

@@ -1,7 +1,7 @@
 // AttentionTile and its cache: one f32 tile runs every batch, row, key and stride geometry of a
 // (heads, d_k) pair, and its scaled Q·Kᵀ and P·V steps match a double-precision product on each;
 // bf16 tiles stay one per geometry; tiles planned for different OpenMP team sizes are kept apart.
-#include "core/attention_tile.h"
+#include "core/forward/attention_tile.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 #include "core/util/aligned_buffer.h"
 #include "tests/core/attention_test_support.h"
 

@@ -1,6 +1,6 @@
 // AttentionWeights: the internal layout PackWeights produces (both orientations), size and
 // finiteness validation, and MakeRandomWeights' determinism and distribution.
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_layer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"

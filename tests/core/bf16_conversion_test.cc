@@ -1,6 +1,6 @@
 // bf16 conversion against a reference that picks the nearer of a float's two bf16 neighbours in
 // double precision (ties to even), at every length and alignment the vectorised loops split into.
-#include "core/bf16_conversion.h"
+#include "core/forward/bf16_conversion.h"
 
 #include <bit>
 #include <cmath>

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 

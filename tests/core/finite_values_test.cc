@@ -1,5 +1,5 @@
 // FindNonFinite: the first NaN or ±∞, wherever it falls relative to the scan's 1024-value blocks.
-#include "core/finite_values.h"
+#include "core/forward/finite_values.h"
 
 #include <limits>
 #include <vector>

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_batch.h"
-#include "core/attention_executor.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"

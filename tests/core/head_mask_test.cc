@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 

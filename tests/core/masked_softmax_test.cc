@@ -1,7 +1,7 @@
 // MaskedSoftmaxRow against a double-precision softmax: probabilities, exact zeros for blocked
 // keys and fully blocked rows, the bf16 output, and row lengths that are not a multiple of the
 // kernel's 16 lanes.
-#include "core/masked_softmax.h"
+#include "core/forward/masked_softmax.h"
 
 #include <bit>
 #include <cmath>

@@ -1,5 +1,5 @@
 // "After a warm-up call with the same shapes, Forward() does no heap allocation of its own"
-// (core/attention_executor.h).
+// (core/forward/attention_executor.h).
 //
 // This binary replaces the global operator new/delete to count allocations while a Forward() runs.
 // What is counted: every operator new whose immediate caller is NOT inside the oneDNN or OpenMP
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 #include "tests/reference/reference_attention.h"

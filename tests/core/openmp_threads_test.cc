@@ -3,7 +3,7 @@
 // must be what it was.
 #include <omp.h>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 

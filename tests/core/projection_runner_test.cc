@@ -1,7 +1,7 @@
 // ProjectionRunner: results against a double-precision product for row counts that split into
 // several pieces, and a number of primitives bounded by the piece sizes, not by the variety of
 // row counts it is called with.
-#include "core/projection_runner.h"
+#include "core/forward/projection_runner.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "core/bf16_conversion.h"
-#include "core/onednn_support.h"
-#include "core/packed_matrix.h"
+#include "core/forward/bf16_conversion.h"
+#include "core/forward/onednn_support.h"
+#include "core/forward/packed_matrix.h"
 
 namespace attnserve::core {
 namespace {

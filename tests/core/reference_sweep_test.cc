@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_executor.h"
-#include "core/onednn_support.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/onednn_support.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/attention_executor.h"
-#include "core/onednn_support.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/onednn_support.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "attnserve/v1/attention.pb.h"
-#include "core/attention_config.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_config.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/safetensors_writer.h"

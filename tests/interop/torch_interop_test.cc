@@ -24,11 +24,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/attention_batch.h"
-#include "core/attention_executor.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/onednn_support.h"
 #include "core/model/model.h"
 #include "core/model/safetensors_file.h"
-#include "core/onednn_support.h"
 #include "gtest/gtest.h"
 
 namespace attnserve {

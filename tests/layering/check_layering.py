@@ -13,18 +13,19 @@ import tempfile
 
 # Each folder and the project folders its files may include (its own always). A file belongs to
 # the longest folder that prefixes its path; an include is located the same way.
-BELOW_RUNTIME = ["server/repository", "server/batching", "core/model", "core", "core/util"]
+BELOW_RUNTIME = ["server/repository", "server/batching", "core/model", "core/forward", "core/util"]
 ALLOWED = {
     "core/util": [],
-    "core": ["core/util"],
-    "core/model": ["core", "core/util"],
-    "core/kv_cache": ["core", "core/util"],
+    "core/forward": ["core/util"],
+    "core/model": ["core/forward", "core/util"],
+    "core/kv_cache": ["core/forward", "core/util"],
     "server/batching": ["core/util"],
     "server/metrics": ["core/util"],
-    "server/repository": ["core/model", "core", "core/util"],
+    "server/repository": ["core/model", "core/forward", "core/util"],
     "server/runtime": BELOW_RUNTIME,
     # Decoding sessions: the KV cache and the iteration scheduler, below any wire API.
-    "server/decoding": ["server/batching", "core/kv_cache", "core/model", "core", "core/util"],
+    "server/decoding": ["server/batching", "core/kv_cache", "core/model", "core/forward",
+                        "core/util"],
     "server/conversion": ["server/runtime"] + BELOW_RUNTIME,
     # One folder per wire protocol. The Open Inference Protocol reuses attnserve.v1's attention
     # validation; attnserve.v1 knows nothing of it.
@@ -105,7 +106,7 @@ def self_test():
         root = pathlib.Path(tmp)
         planted = {
             "server/runtime/bad.h": '#include "server/service/attention_service.h"\n',
-            "core/bad.cc": '#include "attnserve/v1/attention.pb.h"\n',
+            "core/forward/bad.cc": '#include "attnserve/v1/attention.pb.h"\n',
             "server/batching/bad.h": '#include <grpcpp/grpcpp.h>\n',
             "core/model/bad.cc": '#include "server/repository/model_repository.h"\n',
             "server/decoding/bad.cc": '#include <prometheus/counter.h>\n'
@@ -118,7 +119,7 @@ def self_test():
             (root / name).write_text(text)
         found = violations(root)
         expected = ["server/runtime/bad.h:1: includes server/service/attention_service.h",
-                    "core/bad.cc:1: includes attnserve/v1/attention.pb.h",
+                    "core/forward/bad.cc:1: includes attnserve/v1/attention.pb.h",
                     "server/batching/bad.h:1: includes grpcpp/grpcpp.h",
                     "core/model/bad.cc:1: includes server/repository/model_repository.h",
                     "server/decoding/bad.cc:1: includes prometheus/counter.h",

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_executor.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_weights.h"
+#include "core/forward/onednn_support.h"
 #include "core/model/model.h"
 #include "core/model/model_config.h"
 #include "core/model/model_writer.h"
-#include "core/onednn_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/repository/model_repository.h"

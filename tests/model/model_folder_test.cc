@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_batch.h"
-#include "core/attention_executor.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model.h"
 #include "core/model/model_writer.h"
 #include "core/model/safetensors_writer.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/safetensors_writer.h"
 #include "gmock/gmock.h"

@@ -8,7 +8,7 @@
 //
 // It takes the core's plain data types (config, weights in the internal layout, ragged inputs)
 // as its interface, but computes everything itself, in double. Conventions (as documented in
-// core/attention_weights.h and core/attention_batch.h):
+// core/forward/attention_weights.h and core/forward/attention_batch.h):
 //   * w_qkv is [d, 3d] input-major, column blocks Q | K | V; head i owns columns i·d_k.. of each.
 //   * causal: key j is visible to query i iff j <= i (top-left aligned).
 //   * explicit mask: per sequence a row-major [T_i, S_i] uint8 block, 0 = blocked; ANDed with
@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/attention_batch.h"
-#include "core/attention_config.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_weights.h"
 
 namespace attnserve::reference {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model.h"
 #include "core/model/model_writer.h"
 #include "core/model/safetensors_file.h"

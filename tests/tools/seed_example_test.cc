@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "core/attention_executor.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_layer.h"
 #include "gtest/gtest.h"
 #include "tests/reference/reference_attention.h"
 #include "tools/numpy_random.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_config.h"
-#include "core/finite_values.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/finite_values.h"
 #include "core/util/checked_math.h"
 #include "core/util/float_format.h"
 #include "server/conversion/attnserve_v1/conversion.h"

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/version.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 #include "core/util/checked_math.h"
 #include "core/util/float_format.h"
 #include "server/conversion/attnserve_v1/conversion.h"

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "core/forward/onednn_support.h"
 #include "core/kv_cache/cached_attention.h"
-#include "core/onednn_support.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"
 #include "tests/core/kv_cache/kv_test_support.h"

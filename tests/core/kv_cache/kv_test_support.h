@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "core/kv_cache/cached_attention.h"
 #include "gtest/gtest.h"
 #include "tests/core/attention_test_support.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/bf16_conversion.h"
+#include "core/forward/bf16_conversion.h"
 #include "gtest/gtest.h"
 
 namespace attnserve::testing {

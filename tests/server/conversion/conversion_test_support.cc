@@ -6,9 +6,9 @@
 #include <string>
 #include <utility>
 
-#include "core/attention_config.h"
-#include "core/attention_layer.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_layer.h"
+#include "core/forward/attention_weights.h"
 #include "core/util/float_format.h"
 #include "gtest/gtest.h"
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 #include "core/model/model.h"
 #include "core/model/model_config.h"
 #include "gmock/gmock.h"

@@ -8,8 +8,8 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_batch.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_writer.h"
 #include "core/model/safetensors_file.h"
 #include "core/model/weight_naming.h"

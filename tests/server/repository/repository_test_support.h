@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/attention_executor.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_layer.h"
 #include "core/model/model.h"
 #include "core/model/model_config.h"
 #include "gtest/gtest.h"

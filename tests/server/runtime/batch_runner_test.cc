@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "server/batching/fake_clock.h"
 #include "tests/server/service/server_test_support.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_writer.h"
 #include "core/model/weight_naming.h"
 #include "server/decoding/decode_runtime.h"

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_writer.h"
 #include "core/model/weight_naming.h"
 #include "grpc/health/v1/health.grpc.pb.h"

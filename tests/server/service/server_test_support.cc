@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_batch.h"
-#include "core/attention_executor.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_executor.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_writer.h"
 #include "core/model/weight_naming.h"
 

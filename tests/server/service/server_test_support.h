@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_layer.h"
 #include "gtest/gtest.h"
 #include "server/app/server.h"
 #include "tests/support/temp_folder.h"

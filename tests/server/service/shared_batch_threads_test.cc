@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 #include "core/model/model_writer.h"
 #include "gtest/gtest.h"
 #include "tests/server/service/server_test_support.h"

@@ -11,16 +11,16 @@
 // the weights once per block of rows anyway).
 //
 // Not thread-safe: one per AttentionExecutor. Internal to the core.
-#ifndef ATTNSERVE_CORE_PROJECTION_RUNNER_H_
-#define ATTNSERVE_CORE_PROJECTION_RUNNER_H_
+#ifndef ATTNSERVE_CORE_FORWARD_PROJECTION_RUNNER_H_
+#define ATTNSERVE_CORE_FORWARD_PROJECTION_RUNNER_H_
 
 #include <cstdint>
 #include <dnnl.hpp>
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/onednn_support.h"
-#include "core/packed_matrix.h"
+#include "core/forward/onednn_support.h"
+#include "core/forward/packed_matrix.h"
 #include "core/util/aligned_buffer.h"
 #include "core/util/lru_cache.h"
 
@@ -73,4 +73,4 @@ class ProjectionRunner {
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_PROJECTION_RUNNER_H_
+#endif  // ATTNSERVE_CORE_FORWARD_PROJECTION_RUNNER_H_

@@ -1,4 +1,4 @@
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 
 #include "absl/strings/str_cat.h"
 

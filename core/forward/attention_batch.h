@@ -3,8 +3,8 @@
 // A batch holds B sequences of different lengths packed row-wise with no padding: sequence i is
 // rows [offsets[i], offsets[i+1]) of a [offsets[B], d_model] row-major matrix. All types here
 // borrow the caller's memory (spans); the caller keeps it alive for the duration of the call.
-#ifndef ATTNSERVE_CORE_ATTENTION_BATCH_H_
-#define ATTNSERVE_CORE_ATTENTION_BATCH_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ATTENTION_BATCH_H_
+#define ATTNSERVE_CORE_FORWARD_ATTENTION_BATCH_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 
 namespace attnserve::core {
 
@@ -92,4 +92,4 @@ absl::Status ValidateBatch(const AttentionConfig& config, const AttentionInputs&
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ATTENTION_BATCH_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ATTENTION_BATCH_H_

@@ -1,6 +1,6 @@
-#include "core/projection_runner.h"
+#include "core/forward/projection_runner.h"
 
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 
 namespace attnserve::core {
 namespace {

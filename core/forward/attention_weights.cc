@@ -1,10 +1,10 @@
-#include "core/attention_weights.h"
+#include "core/forward/attention_weights.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/finite_values.h"
+#include "core/forward/finite_values.h"
 
 namespace attnserve::core {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/bf16_conversion.h"
+#include "core/forward/bf16_conversion.h"
 
 #include <bit>
 

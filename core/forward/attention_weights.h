@@ -9,8 +9,8 @@
 //                               the single-head variant.
 //   b_o   [d_model]             empty without bias or for the single-head variant.
 // A row vector x maps to x · w_qkv + b_qkv. Conversion happens once, when a model is loaded.
-#ifndef ATTNSERVE_CORE_ATTENTION_WEIGHTS_H_
-#define ATTNSERVE_CORE_ATTENTION_WEIGHTS_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ATTENTION_WEIGHTS_H_
+#define ATTNSERVE_CORE_FORWARD_ATTENTION_WEIGHTS_H_
 
 #include <cstdint>
 #include <span>
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 
 namespace attnserve::core {
 
@@ -63,4 +63,4 @@ AttentionWeights MakeRandomWeights(const AttentionConfig& config, uint64_t seed)
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ATTENTION_WEIGHTS_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ATTENTION_WEIGHTS_H_

@@ -3,8 +3,8 @@
 // weights output.
 //
 // Plain functions on caller-owned arrays; thread-safe. Internal to the core.
-#ifndef ATTNSERVE_CORE_BF16_CONVERSION_H_
-#define ATTNSERVE_CORE_BF16_CONVERSION_H_
+#ifndef ATTNSERVE_CORE_FORWARD_BF16_CONVERSION_H_
+#define ATTNSERVE_CORE_FORWARD_BF16_CONVERSION_H_
 
 #include <cstdint>
 
@@ -22,4 +22,4 @@ void WidenBf16(const uint16_t* src, int64_t count, float* dst);
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_BF16_CONVERSION_H_
+#endif  // ATTNSERVE_CORE_FORWARD_BF16_CONVERSION_H_

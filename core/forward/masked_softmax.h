@@ -2,8 +2,8 @@
 // max, exp, sum and normalisation — done while the row is in L1 instead of as separate sweeps
 // over the whole score tile (a masking pass, then oneDNN's softmax, then zeroing blocked rows).
 // Pure function on caller-owned memory; thread-safe. Internal to the core.
-#ifndef ATTNSERVE_CORE_MASKED_SOFTMAX_H_
-#define ATTNSERVE_CORE_MASKED_SOFTMAX_H_
+#ifndef ATTNSERVE_CORE_FORWARD_MASKED_SOFTMAX_H_
+#define ATTNSERVE_CORE_FORWARD_MASKED_SOFTMAX_H_
 
 #include <cstdint>
 
@@ -25,4 +25,4 @@ int64_t MaskedSoftmaxRow(float* scores, int64_t keys, const RowMask& mask, uint1
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_MASKED_SOFTMAX_H_
+#endif  // ATTNSERVE_CORE_FORWARD_MASKED_SOFTMAX_H_

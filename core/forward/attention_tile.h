@@ -28,14 +28,14 @@
 //
 // AttentionTileCache keeps the tiles, least recently used dropped first. Not thread-safe.
 // Internal to the core.
-#ifndef ATTNSERVE_CORE_ATTENTION_TILE_H_
-#define ATTNSERVE_CORE_ATTENTION_TILE_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ATTENTION_TILE_H_
+#define ATTNSERVE_CORE_FORWARD_ATTENTION_TILE_H_
 
 #include <cstdint>
 #include <dnnl.hpp>
 
 #include "absl/status/statusor.h"
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 #include "core/util/aligned_buffer.h"
 #include "core/util/lru_cache.h"
 
@@ -145,4 +145,4 @@ class AttentionTileCache {
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ATTENTION_TILE_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ATTENTION_TILE_H_

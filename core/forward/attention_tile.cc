@@ -1,4 +1,4 @@
-#include "core/attention_tile.h"
+#include "core/forward/attention_tile.h"
 
 #include <omp.h>
 
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 #include "core/util/openmp_regions.h"
 
 namespace attnserve::core {

@@ -2,8 +2,8 @@
 // matmul prefers on this CPU, so that no call ever repacks it.
 //
 // Immutable after PackMatrix(); safe to share between threads.
-#ifndef ATTNSERVE_CORE_PACKED_MATRIX_H_
-#define ATTNSERVE_CORE_PACKED_MATRIX_H_
+#ifndef ATTNSERVE_CORE_FORWARD_PACKED_MATRIX_H_
+#define ATTNSERVE_CORE_FORWARD_PACKED_MATRIX_H_
 
 #include <cstdint>
 #include <dnnl.hpp>
@@ -49,4 +49,4 @@ PackedMatrix ShareIfIdentical(PackedMatrix part, const PackedMatrix& whole, size
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_PACKED_MATRIX_H_
+#endif  // ATTNSERVE_CORE_FORWARD_PACKED_MATRIX_H_

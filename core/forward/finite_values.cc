@@ -1,4 +1,4 @@
-#include "core/finite_values.h"
+#include "core/forward/finite_values.h"
 
 #include <algorithm>
 #include <cmath>

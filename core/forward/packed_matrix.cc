@@ -1,9 +1,9 @@
-#include "core/packed_matrix.h"
+#include "core/forward/packed_matrix.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 
 namespace attnserve::core {
 

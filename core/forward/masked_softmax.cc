@@ -1,4 +1,4 @@
-#include "core/masked_softmax.h"
+#include "core/forward/masked_softmax.h"
 
 #include <algorithm>
 #include <bit>

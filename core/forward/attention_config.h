@@ -1,8 +1,8 @@
 // AttentionConfig: the shape of one attention layer (sizes, variant, bias, compute type).
 //
 // A plain value type; copy freely. Thread-safe as any const value.
-#ifndef ATTNSERVE_CORE_ATTENTION_CONFIG_H_
-#define ATTNSERVE_CORE_ATTENTION_CONFIG_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ATTENTION_CONFIG_H_
+#define ATTNSERVE_CORE_FORWARD_ATTENTION_CONFIG_H_
 
 #include <cstdint>
 #include <string_view>
@@ -65,4 +65,4 @@ struct AttentionConfig {
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ATTENTION_CONFIG_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ATTENTION_CONFIG_H_

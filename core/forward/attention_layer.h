@@ -4,17 +4,17 @@
 // Immutable once created: share one instance (through the shared_ptr) between any number of
 // threads and AttentionExecutors. Swapping a model means creating a new layer; work in flight
 // keeps the old one alive through its shared_ptr.
-#ifndef ATTNSERVE_CORE_ATTENTION_LAYER_H_
-#define ATTNSERVE_CORE_ATTENTION_LAYER_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ATTENTION_LAYER_H_
+#define ATTNSERVE_CORE_FORWARD_ATTENTION_LAYER_H_
 
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/attention_config.h"
-#include "core/attention_weights.h"
-#include "core/packed_matrix.h"
+#include "core/forward/attention_config.h"
+#include "core/forward/attention_weights.h"
+#include "core/forward/packed_matrix.h"
 
 namespace attnserve::core {
 
@@ -56,4 +56,4 @@ class AttentionLayer {
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ATTENTION_LAYER_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ATTENTION_LAYER_H_

@@ -12,16 +12,16 @@
 //   2. per tile of sequences × query rows: scaled QKᵀ over strided head views, mask, softmax, and
 //      P·V written straight into the [N, d] concat buffer (see attention_tile.h);
 //   3. one output projection over all rows: concat · W_O.
-#ifndef ATTNSERVE_CORE_ATTENTION_EXECUTOR_H_
-#define ATTNSERVE_CORE_ATTENTION_EXECUTOR_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ATTENTION_EXECUTOR_H_
+#define ATTNSERVE_CORE_FORWARD_ATTENTION_EXECUTOR_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
-#include "core/attention_batch.h"
-#include "core/attention_layer.h"
+#include "core/forward/attention_batch.h"
+#include "core/forward/attention_layer.h"
 
 namespace attnserve::core {
 
@@ -86,4 +86,4 @@ class AttentionExecutor {
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ATTENTION_EXECUTOR_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ATTENTION_EXECUTOR_H_

@@ -1,7 +1,7 @@
 // FindNonFinite: locating NaN and ±∞ in float arrays, fast enough to run on every request.
 // Pure function; thread-safe.
-#ifndef ATTNSERVE_CORE_FINITE_VALUES_H_
-#define ATTNSERVE_CORE_FINITE_VALUES_H_
+#ifndef ATTNSERVE_CORE_FORWARD_FINITE_VALUES_H_
+#define ATTNSERVE_CORE_FORWARD_FINITE_VALUES_H_
 
 #include <cstdint>
 #include <span>
@@ -14,4 +14,4 @@ int64_t FindNonFinite(std::span<const float> values);
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_FINITE_VALUES_H_
+#endif  // ATTNSERVE_CORE_FORWARD_FINITE_VALUES_H_

@@ -1,10 +1,10 @@
-#include "core/attention_batch.h"
+#include "core/forward/attention_batch.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "core/finite_values.h"
+#include "core/forward/finite_values.h"
 
 namespace attnserve::core {
 namespace {

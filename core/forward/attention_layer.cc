@@ -1,4 +1,4 @@
-#include "core/attention_layer.h"
+#include "core/forward/attention_layer.h"
 
 #include <new>
 

@@ -1,4 +1,4 @@
-#include "core/onednn_support.h"
+#include "core/forward/onednn_support.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,4 +1,4 @@
-#include "core/attention_executor.h"
+#include "core/forward/attention_executor.h"
 
 #include <omp.h>
 
@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_tile.h"
-#include "core/bf16_conversion.h"
-#include "core/finite_values.h"
-#include "core/masked_softmax.h"
-#include "core/onednn_support.h"
-#include "core/projection_runner.h"
+#include "core/forward/attention_tile.h"
+#include "core/forward/bf16_conversion.h"
+#include "core/forward/finite_values.h"
+#include "core/forward/masked_softmax.h"
+#include "core/forward/onednn_support.h"
+#include "core/forward/projection_runner.h"
 #include "core/util/aligned_buffer.h"
 #include "core/util/openmp_regions.h"
 

@@ -1,7 +1,7 @@
 // Process-wide oneDNN plumbing shared by the core: the CPU engine, error conversion, and the
 // library facts (version, ISA) that logs and metrics report.
-#ifndef ATTNSERVE_CORE_ONEDNN_SUPPORT_H_
-#define ATTNSERVE_CORE_ONEDNN_SUPPORT_H_
+#ifndef ATTNSERVE_CORE_FORWARD_ONEDNN_SUPPORT_H_
+#define ATTNSERVE_CORE_FORWARD_ONEDNN_SUPPORT_H_
 
 #include <dnnl.hpp>
 #include <initializer_list>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/attention_config.h"
+#include "core/forward/attention_config.h"
 
 namespace attnserve::core {
 
@@ -52,4 +52,4 @@ absl::Status CheckComputeTypeSupported(ComputeType compute_type, bool allow_emul
 
 }  // namespace attnserve::core
 
-#endif  // ATTNSERVE_CORE_ONEDNN_SUPPORT_H_
+#endif  // ATTNSERVE_CORE_FORWARD_ONEDNN_SUPPORT_H_
