@@ -22,7 +22,8 @@
 # Usage: tests/benchmarks/run_decode_service_bench.sh [BUILD_DIR]
 #   Environment: SESSIONS (64), CONTEXT (64), STEPS (128), PROMPT_CONTEXT (64), PROMPT_STEPS
 #   (128), LONG_AT (40), GATHER_US (3000), COMPUTE_DTYPES
-#   ("fp32 bf16"), and server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
+#   ("fp32 bf16"), RUNS (the run names above to do, e.g. "on-1x64"; default all), and
+#   server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
 set -euo pipefail
 bench_name=run_decode_service_bench.sh
 # shellcheck source=tests/benchmarks/server_bench_lib.sh
@@ -42,6 +43,7 @@ run() {
   local name="$1" dtype="$2" server_flags="$3" cpu0 cpu1
   local -a sflags
   shift 3
+  [[ -z "${RUNS:-}" || " ${RUNS} " == *" ${name%-*} "* ]] || return 0
   read -r -a sflags <<<"${server_flags}"
   wait_quiet "${name}"
   start_server "${work}/${name}.server.log" --metrics-off --compute-dtype "${dtype}" "${sflags[@]}"
@@ -101,7 +103,8 @@ for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
   mix=(--context "${context}" --steps "${steps}")
   run "on-1x64-${dtype}" "${dtype}" "" "${mix[@]}"
   # The core bench's mix is fixed: 64 sessions at 128 cached tokens (the runs' mean context).
-  if ((sessions == 64 && context + steps / 2 == 128)); then
+  if ((sessions == 64 && context + steps / 2 == 128)) &&
+    [[ -z "${RUNS:-}" || " ${RUNS} " == *" on-1x64 "* ]]; then
     core_share "on-1x64-${dtype}" "${dtype}"
   fi
   run "off-1x64-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}"
