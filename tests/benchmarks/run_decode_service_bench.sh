@@ -38,12 +38,15 @@ long_at="${LONG_AT:-40}"
 gather_us="${GATHER_US:-3000}"
 batching_off=(--decode-max-iteration-tokens 1 --decode-prefill-chunk-tokens 1)
 
+# wanted RUN: whether RUNS (empty: every run) names RUN, e.g. "on-1x64".
+wanted() { [[ -z "${RUNS:-}" || " ${RUNS} " == *" $1 "* ]]; }
+
 # run NAME DTYPE "SERVER FLAGS" BENCH FLAGS...: one fresh server, one decode bench; prints a row.
 run() {
   local name="$1" dtype="$2" server_flags="$3" cpu0 cpu1
   local -a sflags
   shift 3
-  [[ -z "${RUNS:-}" || " ${RUNS} " == *" ${name%-*} "* ]] || return 0
+  wanted "${name%-*}" || return 0
   read -r -a sflags <<<"${server_flags}"
   wait_quiet "${name}"
   start_server "${work}/${name}.server.log" --metrics-off --compute-dtype "${dtype}" "${sflags[@]}"
@@ -103,8 +106,7 @@ for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
   mix=(--context "${context}" --steps "${steps}")
   run "on-1x64-${dtype}" "${dtype}" "" "${mix[@]}"
   # The core bench's mix is fixed: 64 sessions at 128 cached tokens (the runs' mean context).
-  if ((sessions == 64 && context + steps / 2 == 128)) &&
-    [[ -z "${RUNS:-}" || " ${RUNS} " == *" on-1x64 "* ]]; then
+  if ((sessions == 64 && context + steps / 2 == 128)) && wanted on-1x64; then
     core_share "on-1x64-${dtype}" "${dtype}"
   fi
   run "off-1x64-${dtype}" "${dtype}" "${batching_off[*]}" "${mix[@]}"
