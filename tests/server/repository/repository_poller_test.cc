@@ -3,8 +3,12 @@
 // sleeps: the tests wait for callbacks on a condition with a bounded timeout.
 #include "server/repository/repository_poller.h"
 
+#include <fcntl.h>  // AT_FDCWD
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -12,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -121,6 +126,15 @@ class EventLog {
   bool empty_callback_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> callbacks_{0};
 };
+
+// Swaps two paths in one step (Linux's renameat2 RENAME_EXCHANGE): a poller never sees either
+// path missing, which two renames in a row would show it now and then.
+std::error_code ExchangePaths(const std::filesystem::path& a, const std::filesystem::path& b) {
+  if (renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+    return std::error_code(errno, std::generic_category());
+  }
+  return {};
+}
 
 class RepositoryPollerTest : public ::testing::Test {
  protected:
@@ -355,9 +369,10 @@ TEST_F(RepositoryPollerTest, AnUnreadableRootIsReportedOnceAndModelsKeepServing)
   ASSERT_TRUE(WriteModel(root() / "m", 1).ok());
   ASSERT_EQ(repo_->Poll().size(), 1u);
   auto poller = StartPoller();
-  const std::filesystem::path moved = temp_.path() / "moved";
-  std::filesystem::rename(root(), moved);
-  std::ofstream(root()) << "not a folder";
+  // The root becomes a file in one step: the only failure the poller can see is "not a folder".
+  const std::filesystem::path file = temp_.path() / "not_a_folder";
+  std::ofstream(file) << "not a folder";
+  ASSERT_FALSE(ExchangePaths(root(), file)) << "renameat2 " << root();
   ASSERT_TRUE(log_.WaitForBatchAfter(0, kTimeout));
   std::vector<absl::Status> scans = log_.scans();
   ASSERT_EQ(scans.size(), 1u);
@@ -370,8 +385,7 @@ TEST_F(RepositoryPollerTest, AnUnreadableRootIsReportedOnceAndModelsKeepServing)
   const int64_t before = log_.batches();
   EXPECT_FALSE(log_.WaitForBatchAfter(before, absl::Milliseconds(100)));
 
-  std::filesystem::remove(root());
-  std::filesystem::rename(moved, root());
+  ASSERT_FALSE(ExchangePaths(root(), file)) << "renameat2 " << root();
   ASSERT_TRUE(log_.WaitForBatchAfter(before, kTimeout));
   scans = log_.scans();
   ASSERT_EQ(scans.size(), 2u);
