@@ -310,7 +310,9 @@ void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAt
                             .v = pool.value_data(id, head),
                             .count = std::min(bt, p.keys - blk * bt),
                             .ld = dk,
-                            .type = pool.element_type()});
+                            .type = pool.element_type(),
+                            .k_scale = pool.key_scales(id, head),
+                            .v_scale = pool.value_scales(id, head)});
       }
     }
   }

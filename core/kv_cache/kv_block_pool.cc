@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/forward/bf16_conversion.h"
+#include "core/kv_cache/int8_rows.h"
 
 namespace attnserve::core {
 namespace {
@@ -45,8 +46,11 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const Attention
     return absl::InvalidArgumentError(
         absl::StrCat("max_sequence_tokens must be > 0, got ", options.max_sequence_tokens));
   }
-  const int64_t block_bytes = 2 * options.block_tokens * identity.d_model *
-                              ElementBytes(KvElementTypeFor(identity.compute_type));
+  // As block_bytes() computes it for the pool about to be made.
+  const int64_t block_bytes =
+      options.int8 ? 2 * options.block_tokens * (identity.d_model + 2 * identity.num_heads)
+                   : 2 * options.block_tokens * identity.d_model *
+                         ElementBytes(KvElementTypeFor(identity.compute_type));
   const int64_t blocks = options.budget_bytes / block_bytes;
   if (blocks < 1 || blocks > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -67,10 +71,12 @@ KvBlockPool::KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& 
     : identity_(identity),
       options_(options),
       capacity_(capacity),
-      element_type_(KvElementTypeFor(identity.compute_type)),
+      element_type_(options.int8 ? KvElementType::kInt8 : KvElementTypeFor(identity.compute_type)),
       block_elements_(2 * options.block_tokens * identity.d_model),
       // block_elements_ is even, so a bf16 arena is a whole number of floats.
-      arena_(MapArena(capacity * static_cast<size_t>(block_bytes()))),
+      arena_(MapArena(capacity * static_cast<size_t>(DataBytes()))),
+      scale_arena_(options.int8 ? MapArena(capacity * static_cast<size_t>(ScaleBytes()))
+                                : std::unique_ptr<std::byte, Unmap>(nullptr, Unmap{})),
       discarded_flags_(capacity, false) {
   free_.reserve(capacity);
   // Highest id at the bottom so block 0 is handed out first.
@@ -139,23 +145,30 @@ int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
   if (end <= touched_) return 0;
   // One byte per page is enough: the kernel maps and zero-fills the whole page on its first write.
   const int64_t page_bytes = PageBytes();
-  volatile std::byte* const begin = Element(static_cast<int32_t>(touched_), 0);
-  const int64_t bytes = (end - touched_) * block_bytes();
-  for (int64_t offset = 0; offset < bytes; offset += page_bytes) begin[offset] = std::byte{0};
-  begin[bytes - 1] = std::byte{0};  // The last page, when the stride stepped over its start.
+  const auto touch = [page_bytes](std::byte* start, int64_t bytes) {
+    volatile std::byte* const begin = start;
+    for (int64_t offset = 0; offset < bytes; offset += page_bytes) begin[offset] = std::byte{0};
+    begin[bytes - 1] = std::byte{0};  // The last page, when the stride stepped over its start.
+  };
+  const auto first = static_cast<int32_t>(touched_);
+  touch(Element(first, 0), (end - touched_) * DataBytes());
+  if (scale_arena_) {
+    touch(reinterpret_cast<std::byte*>(Scales(first, 0)), (end - touched_) * ScaleBytes());
+  }
   const int64_t touched = end - touched_;
   touched_ = end;
   return touched;
 }
 
 int64_t KvBlockPool::DiscardFreeBlocks(int64_t max_blocks) {
-  if (block_bytes() % PageBytes() != 0) return 0;
+  // The scale arena of an int8 pool (3 % of it for 64-wide heads) is left resident.
+  if (DataBytes() % PageBytes() != 0) return 0;
   int64_t discarded = 0;
   // From the bottom of the LIFO: the blocks released longest ago.
   for (size_t i = 0; i < free_.size() && discarded < max_blocks; ++i) {
     const int32_t block = free_[i];
     if (block >= touched_ || discarded_flags_[block]) continue;
-    if (madvise(Element(block, 0), static_cast<size_t>(block_bytes()), MADV_DONTNEED) != 0) break;
+    if (madvise(Element(block, 0), static_cast<size_t>(DataBytes()), MADV_DONTNEED) != 0) break;
     discarded_flags_[block] = true;
     ++discarded_;
     ++discarded;
@@ -181,7 +194,6 @@ void KvBlockPool::Release(KvSequence& seq) {
 void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld,
                         const float* v, int64_t v_ld) {
   const int64_t bt = options_.block_tokens, dk = head_dim(), h = identity_.num_heads;
-  const bool bf16 = element_type_ == KvElementType::kBFloat16;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t token = seq.length + r;
     const int32_t block = seq.blocks[token / bt];
@@ -189,10 +201,17 @@ void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int
     for (int64_t part = 0; part < 2 * h; ++part) {  // K heads, then V heads.
       const float* src = part < h ? k + r * k_ld + part * dk : v + r * v_ld + (part - h) * dk;
       std::byte* dst = Element(block, part);
-      if (bf16) {
-        RoundToBf16(src, dk, reinterpret_cast<uint16_t*>(dst) + slot);
-      } else {
-        std::copy_n(src, dk, reinterpret_cast<float*>(dst) + slot);
+      switch (element_type_) {
+        case KvElementType::kBFloat16:
+          RoundToBf16(src, dk, reinterpret_cast<uint16_t*>(dst) + slot);
+          break;
+        case KvElementType::kInt8:
+          Scales(block, part)[token % bt] =
+              QuantizeInt8Row(src, dk, reinterpret_cast<int8_t*>(dst) + slot);
+          break;
+        case KvElementType::kFloat32:
+          std::copy_n(src, dk, reinterpret_cast<float*>(dst) + slot);
+          break;
       }
     }
   }

@@ -15,6 +15,12 @@
 // full forward rounds K and V to bf16 too, so nothing is lost that the full forward keeps).
 // There is deliberately no option to store bf16 for an fp32 model: its cached steps would no
 // longer equal its own full forward; such a model can be configured as bf16 compute instead.
+// KvCacheOptions::int8 stores either model's K and V as int8 rows with a bf16 scale per token and
+// head (int8_rows.h): a quarter (fp32) or half (bf16) of the bytes per token, where a step reads
+// every cached byte; its outputs differ from a full forward's by the rounding to 1/254 of each
+// row's largest value. The scales sit in a second arena indexed like the blocks, so that a block's
+// K and V stay a whole number of pages (DiscardFreeBlocks gives back whole pages only):
+//   scales of a block = K scales[head 0][block_tokens] … [head h-1] | V scales[head 0] … [head h-1]
 //
 // Thread-safety: NOT thread-safe. One pool and its KvSequences are used by one thread at a time
 // (e.g. the thread that owns the CachedAttentionExecutor); callers serialise access themselves.
@@ -67,6 +73,9 @@ struct KvCacheOptions {
   // Longest sequence (cached tokens) any KvSequence may reach; longer growth is refused with
   // OutOfRange. Must be > 0.
   int64_t max_sequence_tokens = 4096;
+  // Store K and V as int8 with a bf16 scale per token and head (KvElementType::kInt8) instead of
+  // the compute type's elements. Default false.
+  bool int8 = false;
 };
 
 // One sequence's share of the cache. A plain value owned by the caller; empty when default
@@ -97,12 +106,14 @@ class KvBlockPool {
   // Of those, the blocks whose pages are still resident: not given back by DiscardFreeBlocks
   // since (a block handed out again is resident again).
   int64_t resident_blocks() const { return touched_ - discarded_; }
-  // KvElementTypeFor(identity().compute_type): what keys()/values() hold.
+  // kInt8 for an int8 pool (KvCacheOptions::int8), else KvElementTypeFor(identity().compute_type):
+  // what keys()/values() (or keys_bf16(), keys_int8() …) hold.
   KvElementType element_type() const { return element_type_; }
   // Elements per block: 2 (K, V) × block_tokens × d_model.
   int64_t block_elements() const { return block_elements_; }
-  // Bytes per block: block_elements() × 4 (fp32) or 2 (bf16). The budget counts these.
-  int64_t block_bytes() const { return block_elements_ * ElementBytes(element_type_); }
+  // Bytes per block: block_elements() × 4 (fp32), 2 (bf16) or 1 (int8), plus an int8 block's
+  // scales (2 × num_heads × block_tokens bf16). The budget counts these.
+  int64_t block_bytes() const { return DataBytes() + ScaleBytes(); }
 
   // OK when `config` is the model version this pool belongs to; FailedPrecondition naming the
   // mismatching field (expected and received) otherwise.
@@ -159,12 +170,27 @@ class KvBlockPool {
     assert(element_type_ == KvElementType::kBFloat16);
     return static_cast<const uint16_t*>(value_data(block, head));
   }
+  // An int8 pool's rows and their scales: token t of the block is keys_int8(…)[t · head_dim + i]
+  // × Int8Scale(key_scales(…)[t]). Scales are null on other pools.
+  const int8_t* keys_int8(int32_t block, int64_t head) const {
+    assert(element_type_ == KvElementType::kInt8);
+    return static_cast<const int8_t*>(key_data(block, head));
+  }
+  const int8_t* values_int8(int32_t block, int64_t head) const {
+    assert(element_type_ == KvElementType::kInt8);
+    return static_cast<const int8_t*>(value_data(block, head));
+  }
+  const uint16_t* key_scales(int32_t block, int64_t head) const { return Scales(block, head); }
+  const uint16_t* value_scales(int32_t block, int64_t head) const {
+    return Scales(block, identity_.num_heads + head);
+  }
 
   // Copies the K and V rows of tokens [seq.length, seq.length + rows) from row-major [rows,
   // d_model] fp32 arrays (row stride k_ld / v_ld floats) into the blocks `seq` has reserved; a
   // bf16 pool stores each value rounded to the nearest bf16, ties to even (as oneDNN converts;
-  // values must be finite, a NaN may be stored as an infinity). Does not change seq.length. The
-  // reservation must cover them.
+  // values must be finite, a NaN may be stored as an infinity), an int8 pool each head's row as
+  // QuantizeInt8Row does (a row with a non-finite value reads back as NaN). Does not change
+  // seq.length. The reservation must cover them.
   void Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld, const float* v,
              int64_t v_ld);
 
@@ -182,6 +208,20 @@ class KvBlockPool {
     const int64_t element = block * block_elements_ + part * HeadStride();
     return arena_.get() + element * ElementBytes(element_type_);
   }
+  // Bytes of a block's K and V rows in the main arena (a whole number of pages for large models).
+  int64_t DataBytes() const { return block_elements_ * ElementBytes(element_type_); }
+  // Bytes of a block's scales in the scale arena: 0 unless int8.
+  int64_t ScaleBytes() const {
+    return element_type_ == KvElementType::kInt8
+               ? 2 * identity_.num_heads * options_.block_tokens * int64_t{sizeof(uint16_t)}
+               : 0;
+  }
+  // The scales of the `part`-th row run of `block` (as Element), or null without scales.
+  uint16_t* Scales(int32_t block, int64_t part) const {
+    if (!scale_arena_) return nullptr;
+    return reinterpret_cast<uint16_t*>(scale_arena_.get() + block * ScaleBytes()) +
+           part * options_.block_tokens;
+  }
   int64_t BlocksFor(int64_t tokens) const {
     return (tokens + options_.block_tokens - 1) / options_.block_tokens;
   }
@@ -194,6 +234,8 @@ class KvBlockPool {
   // capacity_ × block_bytes(), viewed as floats or uint16_t: an anonymous mapping, page-aligned,
   // its pages zero-filled on first touch.
   std::unique_ptr<std::byte, Unmap> arena_;
+  // capacity_ × ScaleBytes() for an int8 pool, else null.
+  std::unique_ptr<std::byte, Unmap> scale_arena_;
   std::vector<int32_t> free_;  // LIFO: the most recently released (cache-warm) block goes first.
   int64_t high_water_ = 0;     // See high_water_blocks().
   int64_t touched_ = 0;        // See touched_blocks().

@@ -9,9 +9,11 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/kv_cache/int8_rows.h"
 #include "core/util/exp_non_positive.h"
 #include "core/util/per_isa_clones.h"
 #include "core/util/row_max.h"
@@ -66,20 +68,51 @@ ATTNSERVE_INLINE void AxpyBf16(float alpha, const uint16_t* x, float* y, int64_t
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * Widen(x[i]);
 }
 
+// As DotBf16, over int8 values (their row's scale applied by the caller).
+ATTNSERVE_INLINE float DotInt8(const float* a, const int8_t* b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * static_cast<float>(b[i + l]);
+  }
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+#pragma omp simd
+    for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  float sum = lanes[0];
+  for (; i < n; ++i) sum += a[i] * static_cast<float>(b[i]);
+  return sum;
+}
+
+ATTNSERVE_INLINE void AxpyInt8(float alpha, const int8_t* x, float* y, int64_t n) {
+#pragma omp simd simdlen(16)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
+}
+
 // q · key r of `seg`.
 ATTNSERVE_INLINE float KeyDot(const KvSegment& seg, int64_t r, const float* q, int64_t n) {
-  if (seg.type == KvElementType::kBFloat16) {
-    return DotBf16(q, static_cast<const uint16_t*>(seg.k) + r * seg.ld, n);
+  switch (seg.type) {
+    case KvElementType::kBFloat16:
+      return DotBf16(q, static_cast<const uint16_t*>(seg.k) + r * seg.ld, n);
+    case KvElementType::kInt8:
+      return DotInt8(q, static_cast<const int8_t*>(seg.k) + r * seg.ld, n) *
+             Int8Scale(seg.k_scale[r]);
+    default:
+      return Dot(q, static_cast<const float*>(seg.k) + r * seg.ld, n);
   }
-  return Dot(q, static_cast<const float*>(seg.k) + r * seg.ld, n);
 }
 
 // out += p · value r of `seg`.
 ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* out, int64_t n) {
-  if (seg.type == KvElementType::kBFloat16) {
-    AxpyBf16(p, static_cast<const uint16_t*>(seg.v) + r * seg.ld, out, n);
-  } else {
-    Axpy(p, static_cast<const float*>(seg.v) + r * seg.ld, out, n);
+  switch (seg.type) {
+    case KvElementType::kBFloat16:
+      return AxpyBf16(p, static_cast<const uint16_t*>(seg.v) + r * seg.ld, out, n);
+    case KvElementType::kInt8:
+      return AxpyInt8(p * Int8Scale(seg.v_scale[r]), static_cast<const int8_t*>(seg.v) + r * seg.ld,
+                      out, n);
+    default:
+      return Axpy(p, static_cast<const float*>(seg.v) + r * seg.ld, out, n);
   }
 }
 
@@ -102,10 +135,16 @@ ATTNSERVE_INLINE void PrefetchRowsTo(const void* rows, const KvSegment& seg, int
   }
 }
 
-// Locality 3 is prefetcht0 (into L1), 2 is prefetcht1 (into L2).
+// Locality 3 is prefetcht0 (into L1), 2 is prefetcht1 (into L2). An int8 segment's scales (one
+// line for a block of 16 keys) are asked for with its rows.
 ATTNSERVE_INLINE void PrefetchRows(const void* rows, const KvSegment& seg, int64_t head_dim,
                                    PrefetchTarget target) {
-  if (target == PrefetchTarget::kL2) return PrefetchRowsTo<2>(rows, seg, head_dim);
+  const uint16_t* scales = rows == seg.k ? seg.k_scale : seg.v_scale;
+  if (target == PrefetchTarget::kL2) {
+    if (scales != nullptr) __builtin_prefetch(scales, 0, 2);
+    return PrefetchRowsTo<2>(rows, seg, head_dim);
+  }
+  if (scales != nullptr) __builtin_prefetch(scales, 0, 3);
   PrefetchRowsTo<3>(rows, seg, head_dim);
 }
 
@@ -205,6 +244,7 @@ ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilitie
 using Vec16 = float __attribute__((vector_size(64)));
 using Vec16u32 = uint32_t __attribute__((vector_size(64)));
 using Vec16u16 = uint16_t __attribute__((vector_size(32)));
+using Vec16i8 = int8_t __attribute__((vector_size(16)));
 constexpr int64_t kVecFloats = 16;
 
 ATTNSERVE_INLINE Vec16 Load16(const float* p) {
@@ -218,6 +258,13 @@ ATTNSERVE_INLINE Vec16 Load16(const uint16_t* p) {
   Vec16u16 h;
   std::memcpy(&h, p, sizeof h);
   return reinterpret_cast<Vec16>(__builtin_convertvector(h, Vec16u32) << 16);
+}
+
+// int8 widened exactly (vpmovsxbd + vcvtdq2ps in the AVX-512 clone).
+ATTNSERVE_INLINE Vec16 Load16(const int8_t* p) {
+  Vec16i8 b;
+  std::memcpy(&b, p, sizeof b);
+  return __builtin_convertvector(b, Vec16);
 }
 
 // 32 consecutive elements as two vectors. In natural order: elements 0-15 and 16-31. In paired
@@ -245,6 +292,18 @@ ATTNSERVE_INLINE Pair LoadPair(const uint16_t* p) {
   Vec16u32 both;
   std::memcpy(&both, p, sizeof both);
   return {reinterpret_cast<Vec16>(both << 16), reinterpret_cast<Vec16>(both & 0xffff0000u)};
+}
+
+// int8 rows are read in natural order (an int8 cache's rows are never paired); paired order is
+// there for a mix with a bf16 segment.
+template <bool kPaired>
+ATTNSERVE_INLINE Pair LoadPair(const int8_t* p) {
+  const Vec16 low = Load16(p), high = Load16(p + kVecFloats);
+  if constexpr (!kPaired) return {low, high};
+  return {
+      __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+      __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                              31)};
 }
 
 // Writes a pair back as 32 consecutive floats (LoadPair<kPaired>(float*) undone).
@@ -312,15 +371,23 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const T* k = static_cast<const T*>(seg.k);
   const int64_t ld = seg.ld;
+  // An int8 key's scale multiplies its dot product (1 for the other types).
+  const auto key_scale = [&seg](int64_t r) {
+    if constexpr (std::is_same_v<T, int8_t>) return Int8Scale(seg.k_scale[r]);
+    return 1.0f;
+  };
   int64_t r = 0;
   for (; r + 4 <= n; r += 4) {
     const Vec16 sums = HorizontalSum4(
         DotLanes<kDim, kPaired>(q, k + r * ld), DotLanes<kDim, kPaired>(q, k + (r + 1) * ld),
         DotLanes<kDim, kPaired>(q, k + (r + 2) * ld), DotLanes<kDim, kPaired>(q, k + (r + 3) * ld));
-    for (int64_t i = 0; i < 4; ++i) scores[key + r + i] = a.scale * sums[4 * i];
+    for (int64_t i = 0; i < 4; ++i) {
+      scores[key + r + i] = a.scale * (sums[4 * i] * key_scale(r + i));
+    }
   }
   for (; r < n; ++r) {
-    scores[key + r] = a.scale * HorizontalSum(DotLanes<kDim, kPaired>(q, k + r * ld));
+    scores[key + r] =
+        a.scale * (HorizontalSum(DotLanes<kDim, kPaired>(q, k + r * ld)) * key_scale(r));
   }
   for (r = 0; r < n; ++r) {
     const bool open = a.explicit_row == nullptr || a.explicit_row[key + r] != 0;
@@ -338,7 +405,9 @@ ATTNSERVE_INLINE void AddSegmentValues(const KvSegment& seg, int64_t n, const fl
   const T* v = static_cast<const T*>(seg.v);
   for (int64_t r = 0; r < n; ++r) {
     if (p[r] == 0.0f) continue;
-    const Vec16 weight = Vec16{} + p[r];
+    float w = p[r];
+    if constexpr (std::is_same_v<T, int8_t>) w *= Int8Scale(seg.v_scale[r]);
+    const Vec16 weight = Vec16{} + w;
 #pragma GCC unroll 4
     for (int64_t j = 0; j < kDim / (2 * kVecFloats); ++j) {
       const Pair x = LoadPair<kPaired>(v + r * seg.ld + 2 * j * kVecFloats);
@@ -378,10 +447,17 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
     const KvSegment& seg = a.segments[si];
     if (si + 2 < segments) PrefetchRows(a.segments[si + 2].k, a.segments[si + 2], kDim, a.prefetch);
     const int64_t n = std::min(seg.count, limit - key);
-    if (seg.type == KvElementType::kBFloat16) {
-      ScoreSegment<kDim, kPaired, uint16_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
-    } else {
-      ScoreSegment<kDim, kPaired, float>(a, seg, n, key, q, probabilities, max_score, open_keys);
+    switch (seg.type) {
+      case KvElementType::kBFloat16:
+        ScoreSegment<kDim, kPaired, uint16_t>(a, seg, n, key, q, probabilities, max_score,
+                                              open_keys);
+        break;
+      case KvElementType::kInt8:
+        ScoreSegment<kDim, kPaired, int8_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
+        break;
+      case KvElementType::kFloat32:
+        ScoreSegment<kDim, kPaired, float>(a, seg, n, key, q, probabilities, max_score, open_keys);
+        break;
     }
     key += n;
   }
@@ -404,10 +480,16 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
     const KvSegment& seg = a.segments[si];
     if (si + 2 < segments) PrefetchRows(a.segments[si + 2].v, a.segments[si + 2], kDim, a.prefetch);
     const int64_t n = std::min(seg.count, limit - key);
-    if (seg.type == KvElementType::kBFloat16) {
-      AddSegmentValues<kDim, kPaired, uint16_t>(seg, n, probabilities + key, acc);
-    } else {
-      AddSegmentValues<kDim, kPaired, float>(seg, n, probabilities + key, acc);
+    switch (seg.type) {
+      case KvElementType::kBFloat16:
+        AddSegmentValues<kDim, kPaired, uint16_t>(seg, n, probabilities + key, acc);
+        break;
+      case KvElementType::kInt8:
+        AddSegmentValues<kDim, kPaired, int8_t>(seg, n, probabilities + key, acc);
+        break;
+      case KvElementType::kFloat32:
+        AddSegmentValues<kDim, kPaired, float>(seg, n, probabilities + key, acc);
+        break;
     }
     key += n;
   }
@@ -490,7 +572,15 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
                                               float* k, float* v) {
   for (const KvSegment& seg : segments) {
     for (int64_t r = 0; r < seg.count; ++r, k += head_dim, v += head_dim) {
-      if (seg.type == KvElementType::kBFloat16) {
+      if (seg.type == KvElementType::kInt8) {
+        const auto* ks = static_cast<const int8_t*>(seg.k) + r * seg.ld;
+        const auto* vs = static_cast<const int8_t*>(seg.v) + r * seg.ld;
+        const float k_scale = Int8Scale(seg.k_scale[r]), v_scale = Int8Scale(seg.v_scale[r]);
+        for (int64_t i = 0; i < head_dim; ++i) {
+          k[i] = static_cast<float>(ks[i]) * k_scale;
+          v[i] = static_cast<float>(vs[i]) * v_scale;
+        }
+      } else if (seg.type == KvElementType::kBFloat16) {
         const auto* ks = static_cast<const uint16_t*>(seg.k) + r * seg.ld;
         const auto* vs = static_cast<const uint16_t*>(seg.v) + r * seg.ld;
         for (int64_t i = 0; i < head_dim; ++i) {

@@ -1,6 +1,7 @@
 // The decode kernel (AttendRow) on its own, against a naive double-precision softmax(q·Kᵀ)·V over
-// the same element values (bf16 rows widened exactly): every head-width path (32, 64 and 128 in
-// vector registers, 48 in the general loop), fp32 and bf16 rows, a bf16 cache followed by one fp32
+// the same element values (bf16 rows widened exactly, int8 rows times their scale, also exact):
+// every head-width path (32, 64 and 128 in vector registers, 48 in the general loop), fp32, bf16
+// and int8 rows, a bf16 or int8 cache followed by one fp32
 // key (a step's own key, read in the cache's order), segments whose lengths are not multiples of
 // the four keys scored together, causal limits, explicit masks and the rows' edge cases.
 #include "core/kv_cache/paged_attention.h"
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/forward/bf16_conversion.h"
+#include "core/kv_cache/int8_rows.h"
 #include "gtest/gtest.h"
 
 namespace attnserve::testing {
@@ -31,9 +33,11 @@ constexpr int64_t kLd = 3;  // Rows sit kLd · head_dim apart, as a head's rows 
 struct KeyRun {
   KvElementType type;
   int64_t count;
-  std::vector<float> k{}, v{};              // [count, kLd · head_dim] as fp32 storage...
-  std::vector<uint16_t> k16{}, v16{};       // ...or as bf16 storage.
-  std::vector<float> k_exact{}, v_exact{};  // [count, head_dim]: what the kernel reads.
+  std::vector<float> k{}, v{};                 // [count, kLd · head_dim] as fp32 storage...
+  std::vector<uint16_t> k16{}, v16{};          // ...or as bf16 storage...
+  std::vector<int8_t> k8{}, v8{};              // ...or as int8 storage,
+  std::vector<uint16_t> k_scale{}, v_scale{};  // with a scale per row.
+  std::vector<float> k_exact{}, v_exact{};     // [count, head_dim]: what the kernel reads.
 };
 
 KeyRun MakeRun(KvElementType type, int64_t count, int64_t dim, std::mt19937& rng) {
@@ -52,6 +56,17 @@ KeyRun MakeRun(KvElementType type, int64_t count, int64_t dim, std::mt19937& rng
     core::WidenBf16(run.k16.data(), static_cast<int64_t>(run.k16.size()), run.k.data());
     core::WidenBf16(run.v16.data(), static_cast<int64_t>(run.v16.size()), run.v.data());
   }
+  if (type == KvElementType::kInt8) {
+    run.k8.resize(run.k.size());
+    run.v8.resize(run.v.size());
+    for (int64_t r = 0; r < count; ++r) {
+      // Only a row's first `dim` values are the head's; the rest of the stride is another head's.
+      run.k_scale.push_back(core::QuantizeInt8Row(&run.k[r * ld], dim, &run.k8[r * ld]));
+      run.v_scale.push_back(core::QuantizeInt8Row(&run.v[r * ld], dim, &run.v8[r * ld]));
+      core::DequantizeInt8Row(&run.k8[r * ld], run.k_scale[r], dim, &run.k[r * ld]);
+      core::DequantizeInt8Row(&run.v8[r * ld], run.v_scale[r], dim, &run.v[r * ld]);
+    }
+  }
   for (int64_t r = 0; r < count; ++r) {
     run.k_exact.insert(run.k_exact.end(), run.k.begin() + r * ld, run.k.begin() + r * ld + dim);
     run.v_exact.insert(run.v_exact.end(), run.v.begin() + r * ld, run.v.begin() + r * ld + dim);
@@ -60,12 +75,18 @@ KeyRun MakeRun(KvElementType type, int64_t count, int64_t dim, std::mt19937& rng
 }
 
 KvSegment SegmentOf(const KeyRun& run, int64_t dim) {
-  const bool bf16 = run.type == KvElementType::kBFloat16;
-  return {.k = bf16 ? static_cast<const void*>(run.k16.data()) : run.k.data(),
-          .v = bf16 ? static_cast<const void*>(run.v16.data()) : run.v.data(),
-          .count = run.count,
-          .ld = kLd * dim,
-          .type = run.type};
+  KvSegment segment{
+      .k = run.k.data(), .v = run.v.data(), .count = run.count, .ld = kLd * dim, .type = run.type};
+  if (run.type == KvElementType::kBFloat16) {
+    segment.k = run.k16.data();
+    segment.v = run.v16.data();
+  } else if (run.type == KvElementType::kInt8) {
+    segment.k = run.k8.data();
+    segment.v = run.v8.data();
+    segment.k_scale = run.k_scale.data();
+    segment.v_scale = run.v_scale.data();
+  }
+  return segment;
 }
 
 // softmax(scale · q·Kᵀ over the open keys below `limit`) · V in double; zeros if none is open.
@@ -176,6 +197,8 @@ TEST_P(PagedAttentionTest, BlockedKeysAndFullyBlockedRows) {
       run.k[bad * kLd * dim + i] = run.v[bad * kLd * dim + i] = nan;
       if (!run.k16.empty()) run.k16[bad * kLd * dim + i] = run.v16[bad * kLd * dim + i] = 0x7fc0;
     }
+    // An int8 row with a NaN: zero values and a NaN scale (QuantizeInt8Row).
+    if (!run.k_scale.empty()) run.k_scale[bad] = run.v_scale[bad] = 0x7fc0;
   }
   const KvSegment segment = SegmentOf(run, dim);
   std::vector<uint8_t> mask(9, 1);
@@ -200,7 +223,9 @@ std::string CaseName(const ::testing::TestParamInfo<KernelCase>& param_info) {
   const KernelCase& c = param_info.param;
   std::string name = "d";
   name += std::to_string(c.head_dim);
-  name += c.cache_type == KvElementType::kBFloat16 ? "_bf16" : "_fp32";
+  name += c.cache_type == KvElementType::kBFloat16 ? "_bf16"
+          : c.cache_type == KvElementType::kInt8   ? "_int8"
+                                                   : "_fp32";
   if (c.own_fp32_key) name += "_with_fp32_key";
   return name;
 }
@@ -214,7 +239,12 @@ INSTANTIATE_TEST_SUITE_P(Widths, PagedAttentionTest,
                                            KernelCase{64, KvElementType::kBFloat16, false},
                                            KernelCase{64, KvElementType::kBFloat16, true},
                                            KernelCase{128, KvElementType::kBFloat16, true},
-                                           KernelCase{48, KvElementType::kBFloat16, true}),
+                                           KernelCase{48, KvElementType::kBFloat16, true},
+                                           KernelCase{32, KvElementType::kInt8, true},
+                                           KernelCase{64, KvElementType::kInt8, false},
+                                           KernelCase{64, KvElementType::kInt8, true},
+                                           KernelCase{128, KvElementType::kInt8, false},
+                                           KernelCase{48, KvElementType::kInt8, true}),
                          CaseName);
 
 }  // namespace
