@@ -244,7 +244,8 @@ ATTNSERVE_INLINE void AddValues(const RowAttention& a, const float* probabilitie
 using Vec16 = float __attribute__((vector_size(64)));
 using Vec16u32 = uint32_t __attribute__((vector_size(64)));
 using Vec16u16 = uint16_t __attribute__((vector_size(32)));
-using Vec16i8 = int8_t __attribute__((vector_size(16)));
+using Vec16i16 = int16_t __attribute__((vector_size(32)));
+using Vec16i32 = int32_t __attribute__((vector_size(64)));
 constexpr int64_t kVecFloats = 16;
 
 ATTNSERVE_INLINE Vec16 Load16(const float* p) {
@@ -260,64 +261,81 @@ ATTNSERVE_INLINE Vec16 Load16(const uint16_t* p) {
   return reinterpret_cast<Vec16>(__builtin_convertvector(h, Vec16u32) << 16);
 }
 
-// int8 widened exactly (vpmovsxbd + vcvtdq2ps in the AVX-512 clone).
-ATTNSERVE_INLINE Vec16 Load16(const int8_t* p) {
-  Vec16i8 b;
-  std::memcpy(&b, p, sizeof b);
-  return __builtin_convertvector(b, Vec16);
-}
-
-// 32 consecutive elements as two vectors. In natural order: elements 0-15 and 16-31. In paired
-// order: the even elements and the odd ones. A bf16 row is read in paired order at one load, a
-// shift and a mask per 32 elements (a pair of bf16 is one 32-bit lane: the even element in its low
-// half), where natural order needs four widening moves and two inserts. A row's query and output
-// use the order of its cache, and the odd fp32 segment in it (the step's own key) is shuffled.
-struct Pair {
-  Vec16 first, second;
+// 16·kG consecutive elements as kG vectors, in the order that is cheapest to widen: vector j,
+// lane l holds element kG·l + j. kG 1 is natural order. kG 2 ("paired") suits bf16: a pair of
+// bf16 is one 32-bit lane, widened by a shift and a mask, where natural order needs four widening
+// moves and two inserts per 32 elements. kG 4 suits int8: four int8 are one 32-bit lane, each
+// sign-extended by shifting its byte to the top and back. A row's query and output use its
+// cache's order (the dot products and sums do not depend on it); a segment of another type in
+// the same row (the step's own fp32 key) is rearranged as it is read.
+template <int kG>
+struct Group {
+  Vec16 v[kG];
 };
 
-template <bool kPaired>
-ATTNSERVE_INLINE Pair LoadPair(const float* p) {
-  const Vec16 low = Load16(p), high = Load16(p + kVecFloats);
-  if constexpr (!kPaired) return {low, high};
-  return {
-      __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-      __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
-                              31)};
-}
+ATTNSERVE_INLINE float ToFloat(float x) { return x; }
+ATTNSERVE_INLINE float ToFloat(uint16_t x) { return Widen(x); }
+ATTNSERVE_INLINE float ToFloat(int8_t x) { return static_cast<float>(x); }
 
-template <bool kPaired>
-ATTNSERVE_INLINE Pair LoadPair(const uint16_t* p) {
-  if constexpr (!kPaired) return {Load16(p), Load16(p + kVecFloats)};
-  Vec16u32 both;
-  std::memcpy(&both, p, sizeof both);
-  return {reinterpret_cast<Vec16>(both << 16), reinterpret_cast<Vec16>(both & 0xffff0000u)};
-}
-
-// int8 rows are read in natural order (an int8 cache's rows are never paired); paired order is
-// there for a mix with a bf16 segment.
-template <bool kPaired>
-ATTNSERVE_INLINE Pair LoadPair(const int8_t* p) {
-  const Vec16 low = Load16(p), high = Load16(p + kVecFloats);
-  if constexpr (!kPaired) return {low, high};
-  return {
-      __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-      __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
-                              31)};
-}
-
-// Writes a pair back as 32 consecutive floats (LoadPair<kPaired>(float*) undone).
-template <bool kPaired>
-ATTNSERVE_INLINE void StorePair(const Pair& pair, float* p) {
-  Vec16 low = pair.first, high = pair.second;
-  if constexpr (kPaired) {
-    low = __builtin_shufflevector(pair.first, pair.second, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21,
-                                  6, 22, 7, 23);
-    high = __builtin_shufflevector(pair.first, pair.second, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
-                                   13, 29, 14, 30, 15, 31);
+template <int kG, typename T>
+ATTNSERVE_INLINE Group<kG> LoadGroup(const T* p) {
+  Group<kG> g;
+  if constexpr (kG == 1 && !std::is_same_v<T, int8_t>) {
+    g.v[0] = Load16(p);
+  } else if constexpr (kG == 2 && std::is_same_v<T, float>) {
+    const Vec16 low = Load16(p), high = Load16(p + kVecFloats);
+    g.v[0] = __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                     28, 30);
+    g.v[1] = __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
+                                     29, 31);
+  } else if constexpr (kG == 2 && std::is_same_v<T, uint16_t>) {
+    Vec16u32 both;
+    std::memcpy(&both, p, sizeof both);
+    g.v[0] = reinterpret_cast<Vec16>(both << 16);
+    g.v[1] = reinterpret_cast<Vec16>(both & 0xffff0000u);
+  } else if constexpr (kG == 2 && std::is_same_v<T, int8_t>) {
+    // 16 int16 lanes sign-extended to int32 (vpmovsxwd); the even byte shifted up and back.
+    Vec16i16 both;
+    std::memcpy(&both, p, sizeof both);
+    const Vec16i32 wide = __builtin_convertvector(both, Vec16i32);
+    g.v[0] = __builtin_convertvector((wide << 24) >> 24, Vec16);
+    g.v[1] = __builtin_convertvector(wide >> 8, Vec16);
+  } else if constexpr (kG == 4 && std::is_same_v<T, int8_t>) {
+    // GCC 12 scalarises a direct int8 -> int32 or float vector conversion (an insert per element:
+    // the kernel ran at a quarter of bf16's speed); shifts of 32-bit lanes do not.
+    Vec16i32 quads;
+    std::memcpy(&quads, p, sizeof quads);
+    g.v[0] = __builtin_convertvector((quads << 24) >> 24, Vec16);
+    g.v[1] = __builtin_convertvector((quads << 16) >> 24, Vec16);
+    g.v[2] = __builtin_convertvector((quads << 8) >> 24, Vec16);
+    g.v[3] = __builtin_convertvector(quads >> 24, Vec16);
+  } else {
+    // The other combinations only meet a row's odd segment (or its query and output): element by
+    // element.
+    for (int j = 0; j < kG; ++j) {
+      for (int64_t l = 0; l < kVecFloats; ++l) g.v[j][l] = ToFloat(p[kG * l + j]);
+    }
   }
-  std::memcpy(p, &low, sizeof low);
-  std::memcpy(p + kVecFloats, &high, sizeof high);
+  return g;
+}
+
+// Writes a group back as 16·kG consecutive floats (LoadGroup<kG>(const float*) undone).
+template <int kG>
+ATTNSERVE_INLINE void StoreGroup(const Group<kG>& g, float* p) {
+  if constexpr (kG == 1) {
+    std::memcpy(p, &g.v[0], sizeof g.v[0]);
+  } else if constexpr (kG == 2) {
+    const Vec16 low = __builtin_shufflevector(g.v[0], g.v[1], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
+                                              21, 6, 22, 7, 23);
+    const Vec16 high = __builtin_shufflevector(g.v[0], g.v[1], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                               13, 29, 14, 30, 15, 31);
+    std::memcpy(p, &low, sizeof low);
+    std::memcpy(p + kVecFloats, &high, sizeof high);
+  } else {
+    for (int j = 0; j < kG; ++j) {
+      for (int64_t l = 0; l < kVecFloats; ++l) p[kG * l + j] = g.v[j][l];
+    }
+  }
 }
 
 // Σ lanes as a tree: four shuffle-add steps instead of a chain of 15 adds.
@@ -349,22 +367,23 @@ ATTNSERVE_INLINE Vec16 HorizontalSum4(const Vec16& a, const Vec16& b, const Vec1
   return t;
 }
 
-// The products q · k (kDim/16 lanes each), before their lanes are summed; q in kPaired order.
-template <int64_t kDim, bool kPaired, typename T>
+// The products q · k (kDim/16 lanes each), before their lanes are summed; q in kG order.
+template <int64_t kDim, int kG, typename T>
 ATTNSERVE_INLINE Vec16 DotLanes(const Vec16 (&q)[kDim / kVecFloats], const T* k) {
-  Vec16 first = {}, second = {};
+  constexpr int64_t kChunk = kG * kVecFloats;
+  Vec16 sums[2] = {};  // Two chains of additions, not one.
+#pragma GCC unroll 8
+  for (int64_t c = 0; c < kDim / kChunk; ++c) {
+    const Group<kG> x = LoadGroup<kG>(k + c * kChunk);
 #pragma GCC unroll 4
-  for (int64_t j = 0; j < kDim / (2 * kVecFloats); ++j) {
-    const Pair x = LoadPair<kPaired>(k + 2 * j * kVecFloats);
-    first += q[2 * j] * x.first;
-    second += q[2 * j + 1] * x.second;
+    for (int j = 0; j < kG; ++j) sums[(c * kG + j) % 2] += q[c * kG + j] * x.v[j];
   }
-  return first + second;
+  return sums[0] + sums[1];
 }
 
 // Scores of keys [key, key + n) from `seg` (rows of T), four keys at a time, with AttendRow's
 // semantics: blocked keys -∞, the maximum over the others (NaN ignored) and their count.
-template <int64_t kDim, bool kPaired, typename T>
+template <int64_t kDim, int kG, typename T>
 ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, int64_t n,
                                    int64_t key, const Vec16 (&q)[kDim / kVecFloats], float* scores,
                                    float& max_score, int64_t& open_keys) {
@@ -379,15 +398,14 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
   int64_t r = 0;
   for (; r + 4 <= n; r += 4) {
     const Vec16 sums = HorizontalSum4(
-        DotLanes<kDim, kPaired>(q, k + r * ld), DotLanes<kDim, kPaired>(q, k + (r + 1) * ld),
-        DotLanes<kDim, kPaired>(q, k + (r + 2) * ld), DotLanes<kDim, kPaired>(q, k + (r + 3) * ld));
+        DotLanes<kDim, kG>(q, k + r * ld), DotLanes<kDim, kG>(q, k + (r + 1) * ld),
+        DotLanes<kDim, kG>(q, k + (r + 2) * ld), DotLanes<kDim, kG>(q, k + (r + 3) * ld));
     for (int64_t i = 0; i < 4; ++i) {
       scores[key + r + i] = a.scale * (sums[4 * i] * key_scale(r + i));
     }
   }
   for (; r < n; ++r) {
-    scores[key + r] =
-        a.scale * (HorizontalSum(DotLanes<kDim, kPaired>(q, k + r * ld)) * key_scale(r));
+    scores[key + r] = a.scale * (HorizontalSum(DotLanes<kDim, kG>(q, k + r * ld)) * key_scale(r));
   }
   for (r = 0; r < n; ++r) {
     const bool open = a.explicit_row == nullptr || a.explicit_row[key + r] != 0;
@@ -397,9 +415,9 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
   }
 }
 
-// acc += Σ p[r] · V row r over n rows of `seg`, acc in kPaired order; zero probabilities skipped
+// acc += Σ p[r] · V row r over n rows of `seg`, acc in kG order; zero probabilities skipped
 // (blocked keys' values may be anything, even non-finite).
-template <int64_t kDim, bool kPaired, typename T>
+template <int64_t kDim, int kG, typename T>
 ATTNSERVE_INLINE void AddSegmentValues(const KvSegment& seg, int64_t n, const float* p,
                                        Vec16 (&acc)[kDim / kVecFloats]) {
   const T* v = static_cast<const T*>(seg.v);
@@ -408,29 +426,29 @@ ATTNSERVE_INLINE void AddSegmentValues(const KvSegment& seg, int64_t n, const fl
     float w = p[r];
     if constexpr (std::is_same_v<T, int8_t>) w *= Int8Scale(seg.v_scale[r]);
     const Vec16 weight = Vec16{} + w;
+    constexpr int64_t kChunk = kG * kVecFloats;
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < kDim / kChunk; ++c) {
+      const Group<kG> x = LoadGroup<kG>(v + r * seg.ld + c * kChunk);
 #pragma GCC unroll 4
-    for (int64_t j = 0; j < kDim / (2 * kVecFloats); ++j) {
-      const Pair x = LoadPair<kPaired>(v + r * seg.ld + 2 * j * kVecFloats);
-      acc[2 * j] += weight * x.first;
-      acc[2 * j + 1] += weight * x.second;
+      for (int j = 0; j < kG; ++j) acc[c * kG + j] += weight * x.v[j];
     }
   }
 }
 
-// AttendRow for a head width that is a multiple of 32, known at compile time: the query and the
-// output row stay in vector registers across all keys, in kPaired order (LoadPair).
-template <int64_t kDim, bool kPaired>
+// AttendRow for a head width that is a multiple of 16·kG, known at compile time: the query and
+// the output row stay in vector registers across all keys, in kG order (LoadGroup).
+template <int64_t kDim, int kG>
 ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, float* probabilities,
                                    float* out) {
-  static_assert(kDim % (2 * kVecFloats) == 0);
-  constexpr int64_t kParts = kDim / kVecFloats;
+  static_assert(kDim % (kG * kVecFloats) == 0);
+  constexpr int64_t kParts = kDim / kVecFloats, kChunk = kG * kVecFloats;
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
   Vec16 q[kParts];
-  for (int64_t j = 0; j < kParts / 2; ++j) {
-    const Pair pair = LoadPair<kPaired>(q_row + 2 * j * kVecFloats);
-    q[2 * j] = pair.first;
-    q[2 * j + 1] = pair.second;
+  for (int64_t c = 0; c < kDim / kChunk; ++c) {
+    const Group<kG> group = LoadGroup<kG>(q_row + c * kChunk);
+    for (int j = 0; j < kG; ++j) q[c * kG + j] = group.v[j];
   }
 
   float max_score = kBlocked;
@@ -449,14 +467,13 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
     const int64_t n = std::min(seg.count, limit - key);
     switch (seg.type) {
       case KvElementType::kBFloat16:
-        ScoreSegment<kDim, kPaired, uint16_t>(a, seg, n, key, q, probabilities, max_score,
-                                              open_keys);
+        ScoreSegment<kDim, kG, uint16_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
         break;
       case KvElementType::kInt8:
-        ScoreSegment<kDim, kPaired, int8_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
+        ScoreSegment<kDim, kG, int8_t>(a, seg, n, key, q, probabilities, max_score, open_keys);
         break;
       case KvElementType::kFloat32:
-        ScoreSegment<kDim, kPaired, float>(a, seg, n, key, q, probabilities, max_score, open_keys);
+        ScoreSegment<kDim, kG, float>(a, seg, n, key, q, probabilities, max_score, open_keys);
         break;
     }
     key += n;
@@ -482,19 +499,21 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
     const int64_t n = std::min(seg.count, limit - key);
     switch (seg.type) {
       case KvElementType::kBFloat16:
-        AddSegmentValues<kDim, kPaired, uint16_t>(seg, n, probabilities + key, acc);
+        AddSegmentValues<kDim, kG, uint16_t>(seg, n, probabilities + key, acc);
         break;
       case KvElementType::kInt8:
-        AddSegmentValues<kDim, kPaired, int8_t>(seg, n, probabilities + key, acc);
+        AddSegmentValues<kDim, kG, int8_t>(seg, n, probabilities + key, acc);
         break;
       case KvElementType::kFloat32:
-        AddSegmentValues<kDim, kPaired, float>(seg, n, probabilities + key, acc);
+        AddSegmentValues<kDim, kG, float>(seg, n, probabilities + key, acc);
         break;
     }
     key += n;
   }
-  for (int64_t j = 0; j < kParts / 2; ++j) {
-    StorePair<kPaired>({acc[2 * j], acc[2 * j + 1]}, out + 2 * j * kVecFloats);
+  for (int64_t c = 0; c < kDim / kChunk; ++c) {
+    Group<kG> group;
+    for (int j = 0; j < kG; ++j) group.v[j] = acc[c * kG + j];
+    StoreGroup<kG>(group, out + c * kChunk);
   }
 }
 
@@ -549,18 +568,22 @@ PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
 ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, float* probabilities,
                                         float* out) {
-  // Rows over a bf16 cache are read in paired order (LoadPair).
-  const bool paired = !a.segments.empty() && a.segments[0].type == KvElementType::kBFloat16;
+  // The element order of the row's first segment (LoadGroup): fp32 natural, bf16 paired, int8 in
+  // fours (in pairs for 32-wide heads).
+  const KvElementType type = a.segments.empty() ? KvElementType::kFloat32 : a.segments[0].type;
+  const int group = type == KvElementType::kFloat32 ? 1 : type == KvElementType::kInt8 ? 4 : 2;
   switch (a.head_dim) {  // The common head widths, unrolled.
     case 32:
-      return paired ? AttendRowVec<32, true>(a, q, probabilities, out)
-                    : AttendRowVec<32, false>(a, q, probabilities, out);
+      return group == 1 ? AttendRowVec<32, 1>(a, q, probabilities, out)
+                        : AttendRowVec<32, 2>(a, q, probabilities, out);
     case 64:
-      return paired ? AttendRowVec<64, true>(a, q, probabilities, out)
-                    : AttendRowVec<64, false>(a, q, probabilities, out);
+      if (group == 4) return AttendRowVec<64, 4>(a, q, probabilities, out);
+      return group == 1 ? AttendRowVec<64, 1>(a, q, probabilities, out)
+                        : AttendRowVec<64, 2>(a, q, probabilities, out);
     case 128:
-      return paired ? AttendRowVec<128, true>(a, q, probabilities, out)
-                    : AttendRowVec<128, false>(a, q, probabilities, out);
+      if (group == 4) return AttendRowVec<128, 4>(a, q, probabilities, out);
+      return group == 1 ? AttendRowVec<128, 1>(a, q, probabilities, out)
+                        : AttendRowVec<128, 2>(a, q, probabilities, out);
     default:
       return AttendRowAnyWidth(a, q, probabilities, out);
   }
@@ -576,7 +599,17 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
         const auto* ks = static_cast<const int8_t*>(seg.k) + r * seg.ld;
         const auto* vs = static_cast<const int8_t*>(seg.v) + r * seg.ld;
         const float k_scale = Int8Scale(seg.k_scale[r]), v_scale = Int8Scale(seg.v_scale[r]);
-        for (int64_t i = 0; i < head_dim; ++i) {
+        int64_t i = 0;
+        for (; i + 2 * kVecFloats <= head_dim; i += 2 * kVecFloats) {  // As AttendRow reads them.
+          Group<2> kg = LoadGroup<2>(ks + i), vg = LoadGroup<2>(vs + i);
+          for (int j = 0; j < 2; ++j) {
+            kg.v[j] *= k_scale;
+            vg.v[j] *= v_scale;
+          }
+          StoreGroup<2>(kg, k + i);
+          StoreGroup<2>(vg, v + i);
+        }
+        for (; i < head_dim; ++i) {
           k[i] = static_cast<float>(ks[i]) * k_scale;
           v[i] = static_cast<float>(vs[i]) * v_scale;
         }

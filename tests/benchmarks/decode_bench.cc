@@ -1,8 +1,10 @@
 // Incremental-decoding benchmarks of attnserve_core_bench, d_model 512, 8 heads, 2
 // compute threads; argument bf16:0 is an fp32 model (fp32 KV cache), bf16:1 a bf16-compute model
-// whose cache stores K/V in bf16 (half the bytes per cached token):
+// whose cache stores K/V in bf16 (half the bytes per cached token); int8:1 stores either model's
+// K/V as int8 with a bf16 scale per token and head (66 bytes per 64-wide row, bf16's 128):
 //   BM_DecodeBatched      64 sequences with 128 cached tokens each: one decode step of all 64 in
-//                         one CachedAttentionExecutor::Forward (M = 64 for the projections).
+//                         one CachedAttentionExecutor::Forward (M = 64 for the projections);
+//                         P:2048, the same with 2048 each (268 MB of bf16 K/V, 139 MB int8).
 //   BM_DecodeOneAtATime   the same 64 steps as 64 forwards of one sequence each.
 //   BM_DecodeGrowing      run_decode_service_bench.sh's session mix, offline: 64 sequences
 //                         prefilled with 64 tokens, then 128 decode steps of all 64 (each grows
@@ -17,7 +19,8 @@
 //                         keys), bytes = the K and V read (2 × 2048 × 512 × 4 = 8.4 MB fp32, × 2 =
 //                         4.2 MB bf16); B:64/P:128 for BM_DecodeBatched's (33.6 MB fp32).
 // The machine's read bandwidth they compare with is BM_MemoryRead (ceiling_bench.cc).
-// Counters: tokens/s (items) and bytes/s (K/V bytes read, 4 or 2 per element). After each step the
+// Counters: tokens/s (items) and bytes/s (K/V bytes read: 4, 2 or 1 per element, and int8's
+// scales). After each step the
 // sequences are cut back to their cached length (Commit + Trim, O(1)), so every iteration does the
 // same work (except in BM_DecodeGrowing, whose caches grow as a decoding client's would).
 #include <benchmark/benchmark.h>
@@ -47,8 +50,11 @@ core::AttentionConfig Config(bool bf16) {
           .compute_type = bf16 ? core::ComputeType::kBFloat16 : core::ComputeType::kFloat32};
 }
 
-// Bytes per cached K/V element.
-int64_t ElementBytes(bool bf16) { return bf16 ? 2 : 4; }
+// Bytes of K and V one cached token holds: its rows, and an int8 cache's scales.
+int64_t TokenBytes(bool bf16, bool int8) {
+  if (int8) return 2 * (kD + kHeads * 2);
+  return 2 * kD * (bf16 ? 2 : 4);
+}
 
 // False (and the benchmark skipped) when a bf16 variant cannot run here.
 bool CanRun(benchmark::State& state, bool bf16) {
@@ -85,10 +91,10 @@ struct DecodeSetup {
   std::vector<core::KvSequence> seqs;
   int64_t past;
 
-  DecodeSetup(int64_t sequences, int64_t past_tokens, bool bf16)
+  DecodeSetup(int64_t sequences, int64_t past_tokens, bool bf16, bool int8 = false)
       : layer(Layer(bf16)), seqs(sequences), past(past_tokens) {
     pool = std::move(*core::KvBlockPool::Create(
-        Config(bf16), {.block_tokens = 16, .budget_bytes = int64_t{1} << 30}));
+        Config(bf16), {.block_tokens = 16, .budget_bytes = int64_t{1} << 30, .int8 = int8}));
     const std::vector<float> x = Random(past * kD, 3);
     const std::vector<int64_t> offsets{0, past};
     std::vector<float> out(x.size());
@@ -122,9 +128,9 @@ absl::Status Step(DecodeSetup& s, int64_t first, int64_t count, const std::vecto
 
 void BM_DecodeBatched(benchmark::State& state) {
   const int64_t b = state.range(0), past = state.range(1);
-  const bool bf16 = state.range(2) != 0;
+  const bool bf16 = state.range(2) != 0, int8 = state.range(3) != 0;
   if (!CanRun(state, bf16)) return;
-  DecodeSetup s(b, past, bf16);
+  DecodeSetup s(b, past, bf16, int8);
   const std::vector<float> x = Random(b * kD, 4);
   std::vector<float> out(x.size());
   for (auto _ : state) {
@@ -132,13 +138,18 @@ void BM_DecodeBatched(benchmark::State& state) {
     s.Rewind();
   }
   state.SetItemsProcessed(state.iterations() * b);
-  state.SetBytesProcessed(state.iterations() * b * 2 * (past + 1) * kD * ElementBytes(bf16));
+  state.SetBytesProcessed(state.iterations() * b * (past + 1) * TokenBytes(bf16, int8));
 }
 BENCHMARK(BM_DecodeBatched)
-    ->ArgNames({"B", "P", "bf16"})
-    ->Args({64, 128, 0})
-    ->Args({64, 128, 1})
-    ->Args({64, 1, 0})
+    ->ArgNames({"B", "P", "bf16", "int8"})
+    ->Args({64, 128, 0, 0})
+    ->Args({64, 128, 1, 0})
+    ->Args({64, 128, 0, 1})
+    ->Args({64, 128, 1, 1})
+    ->Args({64, 1, 0, 0})
+    ->Args({64, 2048, 1, 0})
+    ->Args({64, 2048, 1, 1})
+    ->Args({64, 2048, 0, 1})
     ->UseRealTime();
 
 void BM_DecodeOneAtATime(benchmark::State& state) {
@@ -155,7 +166,7 @@ void BM_DecodeOneAtATime(benchmark::State& state) {
     s.Rewind();
   }
   state.SetItemsProcessed(state.iterations() * b);
-  state.SetBytesProcessed(state.iterations() * b * 2 * (past + 1) * kD * ElementBytes(bf16));
+  state.SetBytesProcessed(state.iterations() * b * (past + 1) * TokenBytes(bf16, false));
 }
 BENCHMARK(BM_DecodeOneAtATime)
     ->ArgNames({"B", "P", "bf16"})
@@ -166,9 +177,9 @@ BENCHMARK(BM_DecodeOneAtATime)
 
 void BM_DecodeLong(benchmark::State& state) {
   const int64_t past = state.range(0);
-  const bool bf16 = state.range(1) != 0;
+  const bool bf16 = state.range(1) != 0, int8 = state.range(2) != 0;
   if (!CanRun(state, bf16)) return;
-  DecodeSetup s(1, past, bf16);
+  DecodeSetup s(1, past, bf16, int8);
   const std::vector<float> x = Random(kD, 4);
   std::vector<float> out(x.size());
   for (auto _ : state) {
@@ -176,9 +187,15 @@ void BM_DecodeLong(benchmark::State& state) {
     s.Rewind();
   }
   state.SetItemsProcessed(state.iterations());
-  state.SetBytesProcessed(state.iterations() * 2 * (past + 1) * kD * ElementBytes(bf16));
+  state.SetBytesProcessed(state.iterations() * (past + 1) * TokenBytes(bf16, int8));
 }
-BENCHMARK(BM_DecodeLong)->ArgNames({"P", "bf16"})->Args({2048, 0})->Args({2048, 1})->UseRealTime();
+BENCHMARK(BM_DecodeLong)
+    ->ArgNames({"P", "bf16", "int8"})
+    ->Args({2048, 0, 0})
+    ->Args({2048, 1, 0})
+    ->Args({2048, 0, 1})
+    ->Args({2048, 1, 1})
+    ->UseRealTime();
 
 void BM_DecodeGrowing(benchmark::State& state) {
   const int64_t b = state.range(0), prompt = state.range(1), steps = state.range(2);
@@ -214,9 +231,9 @@ BENCHMARK(BM_DecodeGrowing)
 
 void BM_PagedDecodeKernel(benchmark::State& state) {
   const int64_t b = state.range(0), past = state.range(1), dk = kD / kHeads;
-  const bool bf16 = state.range(2) != 0;
+  const bool bf16 = state.range(2) != 0, int8 = state.range(3) != 0;
   if (!CanRun(state, bf16)) return;
-  DecodeSetup s(b, past, bf16);
+  DecodeSetup s(b, past, bf16, int8);
   const int64_t bt = s.pool->options().block_tokens;
   const int64_t blocks = (past + bt - 1) / bt;
   // Per (sequence, head): its blocks' segments, as CachedAttentionExecutor plans them.
@@ -228,7 +245,9 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
                             .v = s.pool->value_data(seq.blocks[blk], head),
                             .count = std::min(bt, past - blk * bt),
                             .ld = dk,
-                            .type = s.pool->element_type()});
+                            .type = s.pool->element_type(),
+                            .k_scale = s.pool->key_scales(seq.blocks[blk], head),
+                            .v_scale = s.pool->value_scales(seq.blocks[blk], head)});
       }
     }
   }
@@ -236,7 +255,7 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
   std::vector<float> out(b * kD), probabilities(kThreads * past);
   const int64_t items = b * kHeads;
   const core::PrefetchTarget prefetch =
-      core::PrefetchTargetFor(b * 2 * past * kD * ElementBytes(bf16));  // As the executor picks.
+      core::PrefetchTargetFor(b * past * TokenBytes(bf16, int8));  // As the executor picks.
   omp_set_num_threads(kThreads);
   for (auto _ : state) {
     // One item per (sequence, head), handed out as the executor does.
@@ -253,14 +272,16 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * b * 2 * past * kD * ElementBytes(bf16));
+  state.SetBytesProcessed(state.iterations() * b * past * TokenBytes(bf16, int8));
 }
 BENCHMARK(BM_PagedDecodeKernel)
-    ->ArgNames({"B", "P", "bf16"})
-    ->Args({1, 2048, 0})
-    ->Args({1, 2048, 1})
-    ->Args({64, 128, 0})
-    ->Args({64, 128, 1})
+    ->ArgNames({"B", "P", "bf16", "int8"})
+    ->Args({1, 2048, 0, 0})
+    ->Args({1, 2048, 1, 0})
+    ->Args({1, 2048, 0, 1})
+    ->Args({64, 128, 0, 0})
+    ->Args({64, 128, 1, 0})
+    ->Args({64, 128, 0, 1})
     ->UseRealTime();
 
 }  // namespace

@@ -85,7 +85,7 @@ core_share() {
   local name="$1" dtype="$2" bf16=0
   [[ "${dtype}" == bf16 ]] && bf16=1
   wait_quiet "core-${dtype}"
-  "${core_bin}" --benchmark_filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/" \
+  "${core_bin}" --benchmark_filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/int8:0/" \
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_format=json >"${work}/core-${dtype}.json" 2>/dev/null
   python3 - "${work}/core-${dtype}.json" "${work}/${name}.json" "${dtype}" <<'PY'
