@@ -58,6 +58,7 @@ absl::Status InfoCommand(client::Client& client, const std::string& model, std::
               {"variant:", info->variant},
               {"bias:", YesNo(info->bias)},
               {"dtype:", info->dtype},
+              {"kv_cache_dtype:", info->kv_cache_dtype},
               {"parameter_count:", absl::StrCat(info->parameter_count)},
               {"max_sequence_length:", absl::StrCat(info->max_sequence_length)},
               {"source:", info->source},

@@ -261,7 +261,8 @@ ModelInfo ReadModelInfo(const v1::ModelInfo& info) {
           .version = info.version(),
           .source = info.source(),
           .is_default = info.is_default(),
-          .server_version = info.server_version()};
+          .server_version = info.server_version(),
+          .kv_cache_dtype = info.kv_cache_dtype()};
 }
 
 }  // namespace attnserve::client::internal

@@ -82,6 +82,7 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesyst
   absl::StatusOr<ModelConfig> config = ReadConfig(folder / kConfigFileName);
   if (!config.ok()) return config.status();
   if (options.compute_type) config->attention.compute_type = *options.compute_type;
+  if (!config->kv_cache_dtype) config->kv_cache_dtype = options.default_kv_cache_dtype;
   // Before reading the weights: a model this CPU cannot run well is refused cheaply.
   if (absl::Status s = core::CheckComputeTypeSupported(
           config->attention.compute_type, options.allow_bf16_emulation, folder.string());

@@ -59,6 +59,9 @@ struct LoadOptions {
   std::optional<core::ComputeType> compute_type = std::nullopt;
   // Load bf16 models even where oneDNN would emulate bf16 (slower than fp32).
   bool allow_bf16_emulation = false;
+  // The KV cache dtype of models whose config.json sets no "kv_cache_dtype" (the server's
+  // --kv-cache-dtype).
+  KvCacheDtype default_kv_cache_dtype = KvCacheDtype::kAuto;
 };
 absl::StatusOr<std::shared_ptr<const Model>> LoadModelFolder(const std::filesystem::path& folder,
                                                              const LoadOptions& options = {});

@@ -103,6 +103,12 @@ absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& co
     config.max_sequence_length = *v;
   } else if (key == "batching") {
     return ParseBatching(value, config.batching);
+  } else if (key == "kv_cache_dtype") {
+    absl::StatusOr<KvCacheDtype> dtype = value.is_string()
+                                             ? ParseKvCacheDtype(value.get<std::string>())
+                                             : absl::InvalidArgumentError("not a string");
+    if (!dtype.ok()) return BadValue(key, "\"auto\" or \"int8\"", value);
+    config.kv_cache_dtype = *dtype;
   } else if (key == "weights_sha256") {
     // A digest that cannot be one is refused here, as a config error naming the key, rather than
     // reported at load time as a mismatch that no weights file could ever fix.
@@ -115,12 +121,28 @@ absl::Status ParseKey(const std::string& key, const json& value, ModelConfig& co
     return absl::InvalidArgumentError(
         absl::StrCat("unknown key \"", key,
                      "\"; expected d_model, num_heads, variant, bias, dtype, compute_dtype, "
-                     "max_sequence_length, batching or weights_sha256"));
+                     "max_sequence_length, batching, kv_cache_dtype or weights_sha256"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+std::string_view KvCacheDtypeName(KvCacheDtype dtype) {
+  return dtype == KvCacheDtype::kInt8 ? "int8" : "auto";
+}
+
+absl::StatusOr<KvCacheDtype> ParseKvCacheDtype(std::string_view name) {
+  if (name == "auto") return KvCacheDtype::kAuto;
+  if (name == "int8") return KvCacheDtype::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("KV cache dtype must be \"auto\" or \"int8\", got \"", std::string(name), "\""));
+}
+
+std::string_view KvCacheStorageName(const ModelConfig& config) {
+  if (config.kv_cache_dtype == KvCacheDtype::kInt8) return "int8";
+  return core::ComputeTypeName(config.attention.compute_type);
+}
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
   absl::StatusOr<json> parsed = ParseJson(json_text, "the file");
@@ -161,6 +183,9 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   if (b.max_queue_size) batching["max_queue_size"] = *b.max_queue_size;
   if (b.max_queued_bytes) batching["max_queued_bytes"] = *b.max_queued_bytes;
   if (!batching.empty()) root["batching"] = batching;
+  if (config.kv_cache_dtype) {
+    root["kv_cache_dtype"] = std::string(KvCacheDtypeName(*config.kv_cache_dtype));
+  }
   if (config.weights_sha256) root["weights_sha256"] = *config.weights_sha256;
   return root.dump(2) + "\n";
 }

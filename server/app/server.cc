@@ -243,14 +243,17 @@ std::vector<metrics::ModelSnapshot> Server::ModelSnapshots() const {
   for (const repository::ModelState& state : lifecycle_->States()) {
     auto depth = depths.find(state.name);
     const model::Model* serving = state.serving.get();
-    snapshots.push_back({.name = state.name,
-                         .loaded = serving != nullptr,
-                         .queue_depth = depth != depths.end() ? depth->second : 0,
-                         .version = serving != nullptr ? serving->version : 0,
-                         .compute_dtype = serving != nullptr
-                                              ? std::string(core::ComputeTypeName(
-                                                    serving->layer->config().compute_type))
-                                              : std::string()});
+    snapshots.push_back(
+        {.name = state.name,
+         .loaded = serving != nullptr,
+         .queue_depth = depth != depths.end() ? depth->second : 0,
+         .version = serving != nullptr ? serving->version : 0,
+         .compute_dtype = serving != nullptr ? std::string(core::ComputeTypeName(
+                                                   serving->layer->config().compute_type))
+                                             : std::string(),
+         .kv_cache_dtype = serving != nullptr
+                               ? std::string(model::KvCacheStorageName(serving->config))
+                               : std::string()});
   }
   return snapshots;
 }

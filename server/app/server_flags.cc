@@ -199,6 +199,12 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
                  "without one (256 MiB under 2 GiB: 32,768 tokens of d_model 512)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
+  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "What the KV cache stores for models whose config.json sets no kv_cache_dtype: "
+                 "auto (the compute type, fp32 or bf16) or int8 (a scale per token and head: "
+                 "half of bf16's bytes, twice the sessions per budget; outputs within ~1e-2)")
+      ->check(CLI::IsMember({"auto", "int8"}))
+      ->capture_default_str();
   app.add_option("--kv-cache-prefault-mb", flags.kv_cache_prefault_mb,
                  "MiB of KV blocks above the peak in use whose pages the idle decoding loop maps "
                  "ahead of need, so that steps taking fresh blocks do not pay the page faults "
@@ -252,6 +258,9 @@ void FinishServerFlags(ServerFlags& flags) {
     // Checked by CLI::IsMember, so parsing cannot fail here.
     flags.server.repository.load.compute_type = *core::ParseComputeType(flags.compute_dtype);
   }
+  // Checked by CLI::IsMember, so parsing cannot fail here.
+  flags.server.repository.load.default_kv_cache_dtype =
+      *model::ParseKvCacheDtype(flags.kv_cache_dtype);
   flags.server.model_poll_interval_ms =
       static_cast<int64_t>(std::llround(flags.model_poll_interval_s * 1000.0));
   flags.server.max_connection_age_ms =

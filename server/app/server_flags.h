@@ -27,6 +27,7 @@ struct ServerFlags {
   double keepalive_timeout_s = 20.0;
   int64_t kv_cache_budget_mb = 0;       // -> server.decoding.kv.budget_bytes (0: derived)
   int64_t kv_cache_prefault_mb = 16;    // -> server.decoding.kv.prefault_ahead_bytes
+  std::string kv_cache_dtype = "auto";  // auto | int8 -> repository.load.default_kv_cache_dtype
   double decode_idle_timeout_s = 60.0;  // -> server.decoding.idle_timeout_us
   std::string log_level = "info";
   std::string log_format = "text";

@@ -82,15 +82,16 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
     const core::AttentionConfig& config = model.config.attention;
     const ModelLimits& limits = route.limits;
     spdlog::info(
-        "model {}{} v{}: d_model={} heads={} {} bias={} {} parameters={} source={} | "
+        "model {}{} v{}: d_model={} heads={} {} bias={} {} kv_cache={} parameters={} source={} | "
         "max_sequence_length={} batching: max_batch_sequences={} max_batch_tokens={} "
         "max_queue_delay_us={} max_queue_size={} max_queued_bytes={}",
         model.name, route.is_default ? " (default)" : "", model.version, config.d_model,
         config.num_heads, core::VariantName(config.variant), config.bias,
-        core::ComputeTypeName(config.compute_type), config.ParameterCount(), model.source,
-        limits.request.max_sequence_length, limits.batching.max_batch_sequences,
-        limits.batching.max_batch_tokens, limits.batching.max_queue_delay_us,
-        limits.batching.max_queue_size, limits.batching.max_queued_bytes);
+        core::ComputeTypeName(config.compute_type), model::KvCacheStorageName(model.config),
+        config.ParameterCount(), model.source, limits.request.max_sequence_length,
+        limits.batching.max_batch_sequences, limits.batching.max_batch_tokens,
+        limits.batching.max_queue_delay_us, limits.batching.max_queue_size,
+        limits.batching.max_queued_bytes);
   }
   spdlog::info("oneDNN {} ISA {}; OpenMP OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
                core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),

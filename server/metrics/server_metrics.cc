@@ -75,7 +75,9 @@ class ServerMetrics::SnapshotCollectable final : public prometheus::Collectable 
                                    .metric = {}};
     prometheus::MetricFamily info{
         .name = "attnserve_model_info",
-        .help = "1 for the version each model serves, labelled with its compute type.",
+        .help =
+            "1 for the version each model serves, labelled with its compute type and what its "
+            "decoding sessions' KV cache stores.",
         .type = prometheus::MetricType::Gauge,
         .metric = {}};
     for (const ModelSnapshot& model : models) {
@@ -85,6 +87,7 @@ class ServerMetrics::SnapshotCollectable final : public prometheus::Collectable 
       prometheus::ClientMetric& sample = info.metric.emplace_back(GaugeSample(model.name, 1));
       // Sorted by name, as prometheus-cpp orders the labels of the families it builds.
       sample.label = {{.name = "compute_dtype", .value = model.compute_dtype},
+                      {.name = "kv_cache_dtype", .value = model.kv_cache_dtype},
                       {.name = "model", .value = model.name},
                       {.name = "version", .value = std::to_string(model.version)}};
     }

@@ -88,9 +88,11 @@ struct ModelSnapshot {
   std::string name;
   bool loaded = false;      // A version is serving.
   int64_t queue_depth = 0;  // Requests waiting in its batcher.
-  // The serving version and its compute type ("fp32", "bf16"); read only when loaded.
+  // The serving version, its compute type ("fp32", "bf16") and what its KV cache stores ("fp32",
+  // "bf16", "int8"); read only when loaded.
   int64_t version = 0;
   std::string compute_dtype;
+  std::string kv_cache_dtype;
 };
 
 class ServerMetrics;

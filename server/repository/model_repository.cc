@@ -200,6 +200,7 @@ void ModelRepository::ServeEmbeddedDemo(const std::string& name, Entry& entry) {
   // model coming back after a "demo" folder is told apart from every version served before.
   auto model = std::make_shared<Model>(**demo);
   model->version = NextVersion(name);
+  model->config.kv_cache_dtype = options_.load.default_kv_cache_dtype;
   entry.serving = std::move(model);
 }
 

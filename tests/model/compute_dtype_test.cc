@@ -83,6 +83,28 @@ TEST(ComputeDtypeConfigTest, UnknownComputeDtypeNamesTheKeyAndValues) {
   }
 }
 
+// The server's --kv-cache-dtype fills config.json's kv_cache_dtype where it is unset; a folder's
+// own value wins.
+TEST(KvCacheDtypeLoadTest, TheDefaultFillsAnUnsetKeyAndTheFoldersOwnValueWins) {
+  TempFolder repo;
+  const fs::path plain = WriteFolder(repo, "plain", core::ComputeType::kFloat32);
+  ModelConfig pinned_config = Config(core::ComputeType::kFloat32);
+  pinned_config.kv_cache_dtype = KvCacheDtype::kAuto;
+  ASSERT_TRUE(WriteModelFolder(repo.path() / "pinned", pinned_config,
+                               core::MakeRandomWeights(pinned_config.attention, 3),
+                               WeightNaming::kSeed, TensorDtype::kF32)
+                  .ok());
+  for (const KvCacheDtype fallback : {KvCacheDtype::kAuto, KvCacheDtype::kInt8}) {
+    const LoadOptions options{.default_kv_cache_dtype = fallback};
+    absl::StatusOr<std::shared_ptr<const Model>> a = LoadModelFolder(plain, options);
+    absl::StatusOr<std::shared_ptr<const Model>> b =
+        LoadModelFolder(repo.path() / "pinned", options);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    EXPECT_EQ((*a)->config.kv_cache_dtype, fallback);
+    EXPECT_EQ((*b)->config.kv_cache_dtype, KvCacheDtype::kAuto);
+  }
+}
+
 TEST(ComputeDtypeLoadTest, OverrideReplacesEveryConfigValue) {
   TempFolder repo;
   const fs::path fp32 = WriteFolder(repo, "fp32", core::ComputeType::kFloat32);

@@ -41,6 +41,28 @@ TEST(ModelConfigTest, OptionalKeysHaveDocumentedDefaults) {
   EXPECT_EQ(c->batching, BatchingOverrides{});
 }
 
+TEST(ModelConfigTest, KvCacheDtypeIsUnsetUnlessGivenAndRoundTrips) {
+  absl::StatusOr<ModelConfig> plain = ParseModelConfig(R"({"d_model": 64, "num_heads": 4})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->kv_cache_dtype.has_value());
+  EXPECT_EQ(KvCacheStorageName(*plain), "fp32");
+  for (const auto& [text, dtype] :
+       {std::pair{"auto", KvCacheDtype::kAuto}, std::pair{"int8", KvCacheDtype::kInt8}}) {
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(
+        std::string(R"({"d_model": 64, "num_heads": 4, "kv_cache_dtype": ")") + text + "\"}");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->kv_cache_dtype, dtype);
+    absl::StatusOr<ModelConfig> again = ParseModelConfig(ModelConfigToJson(*c));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->kv_cache_dtype, dtype);
+  }
+  ModelConfig bf16_int8;
+  bf16_int8.attention.compute_type = core::ComputeType::kBFloat16;
+  EXPECT_EQ(KvCacheStorageName(bf16_int8), "bf16");
+  bf16_int8.kv_cache_dtype = KvCacheDtype::kInt8;
+  EXPECT_EQ(KvCacheStorageName(bf16_int8), "int8");
+}
+
 TEST(ModelConfigTest, SingleHeadVariant) {
   absl::StatusOr<ModelConfig> c =
       ParseModelConfig(R"({"d_model": 64, "num_heads": 1, "variant": "single_head"})");
@@ -113,7 +135,13 @@ const BadConfig kBadConfigs[] = {
     {"MissingHeads", R"({"d_model": 64})", {"missing required key \"num_heads\""}},
     {"UnknownKey",
      R"({"d_model": 64, "num_heads": 4, "heads": 4})",
-     {"unknown key \"heads\"", "expected d_model, num_heads", "batching or weights_sha256"}},
+     {"unknown key \"heads\"", "expected d_model, num_heads", "kv_cache_dtype or weights_sha256"}},
+    {"KvCacheDtypeUnknown",
+     R"({"d_model": 64, "num_heads": 4, "kv_cache_dtype": "fp8"})",
+     {"\"kv_cache_dtype\" must be \"auto\" or \"int8\"", "got \"fp8\""}},
+    {"KvCacheDtypeNotAString",
+     R"({"d_model": 64, "num_heads": 4, "kv_cache_dtype": 8})",
+     {"\"kv_cache_dtype\" must be", "got 8"}},
     {"UnknownBatchingKey",
      R"({"d_model": 64, "num_heads": 4, "batching": {"max_delay": 5}})",
      {"unknown key \"batching.max_delay\"", "max_queue_delay_us"}},

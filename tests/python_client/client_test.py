@@ -8,7 +8,9 @@ variable lengths, errors, asyncio, retries.
 import argparse
 import asyncio
 import importlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,8 +55,16 @@ class PackageTest(unittest.TestCase):
         cls.mha = torch.nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True).eval()
         repository = os.path.join(cls.tmp.name, "models")
         export_torch.export_mha(cls.mha, os.path.join(repository, "mha"))
+        # The same weights with an int8 KV cache for decoding sessions.
+        shutil.copytree(os.path.join(repository, "mha"), os.path.join(repository, "mha8"))
+        with open(os.path.join(repository, "mha8", "config.json")) as f:
+            config = json.load(f)
+        config["kv_cache_dtype"] = "int8"
+        with open(os.path.join(repository, "mha8", "config.json"), "w") as f:
+            json.dump(config, f)
         live_server = importlib.import_module("live_server")
-        cls.server = live_server.LiveServer(ARGS.attnserve, "--model-repository", repository)
+        cls.server = live_server.LiveServer(ARGS.attnserve, "--model-repository", repository,
+                                            "--default-model", "mha")
         cls.server.__enter__()
         cls.client = cls.attnserve.Client(cls.server.target, timeout_s=60)
 
@@ -72,9 +82,10 @@ class PackageTest(unittest.TestCase):
         return output.numpy(), (None if weights is None else weights.numpy())
 
     def test_models_and_health(self):
-        self.assertEqual([m.name for m in self.client.models()], ["mha"])
+        self.assertEqual([m.name for m in self.client.models()], ["mha", "mha8"])
         info = self.client.model_info("mha")
         self.assertEqual((info.d_model, info.num_heads), (D_MODEL, HEADS))
+        self.assertEqual((info.dtype, info.kv_cache_dtype), ("fp32", "fp32"))
         self.assertTrue(self.client.health())
         self.assertTrue(self.client.health("mha"))
 
@@ -190,7 +201,7 @@ class PackageTest(unittest.TestCase):
         live_server = importlib.import_module("live_server")
         repository = os.path.join(self.tmp.name, "models")
         with live_server.LiveServer(ARGS.attnserve, "--model-repository", repository,
-                                    "--max-queue-delay-us", "60000000",
+                                    "--default-model", "mha", "--max-queue-delay-us", "60000000",
                                     "--max-batch-sequences", "2") as slow:
             with self.attnserve.Client(slow.target, retries=0) as client:
                 with self.assertRaises(self.attnserve.AttnserveError) as caught:
@@ -225,6 +236,27 @@ class PackageTest(unittest.TestCase):
         self.assertEqual(stepped[0].shape, (D_MODEL,))
         np.testing.assert_allclose(np.concatenate([prefilled, np.stack(stepped)]),
                                    self.causal(x), atol=1e-4)
+
+    def test_int8_kv_cache_over_512_steps_stays_near_the_fp32_cache(self):
+        # The model exported from PyTorch, decoded over an fp32 cache ("mha") and an int8 one
+        # ("mha8"): each step's output within 1e-2 (relative) of the fp32 cache's, which matches
+        # torch's causal forward over the whole sequence.
+        self.assertEqual(self.client.model_info("mha8").kv_cache_dtype, "int8")
+        x = np.random.default_rng(21).standard_normal((528, D_MODEL)).astype(np.float32)
+        outputs = {}
+        for name in ("mha", "mha8"):
+            with self.client.decode(model=name) as session:
+                rows = [session.prefill(x[:16])]
+                rows += [session.step(row)[None] for row in x[16:]]
+            outputs[name] = np.concatenate(rows)
+        np.testing.assert_allclose(outputs["mha"], self.causal(x), atol=1e-4)
+        fp32, int8 = outputs["mha"][16:], outputs["mha8"][16:]
+        relative = np.linalg.norm(int8 - fp32, axis=1) / np.linalg.norm(fp32, axis=1)
+        print(f"int8 KV cache, model exported from PyTorch (d_model {D_MODEL}, {HEADS} heads), "
+              f"512 steps: relative error max {relative.max():.2e}, mean {relative.mean():.2e}, "
+              f"last {relative[-1]:.2e}")
+        self.assertLessEqual(relative.max(), 1e-2)
+        self.assertGreater(np.abs(int8 - fp32).max(), 1e-6)  # The int8 rows were read.
 
     def test_decode_stream_steps_many_sessions_in_one_message(self):
         rng = np.random.default_rng(12)

@@ -58,12 +58,13 @@ class ModelInfo:
     is_default: bool
     max_sequence_length: int
     server_version: str = ""  # the attnserve release that answered, e.g. "1.0.0"
+    kv_cache_dtype: str = ""  # what decoding sessions' KV cache stores: fp32, bf16 or int8
 
 
 def _model_info(info):
     return ModelInfo(info.name, info.d_model, info.num_heads, info.variant, info.dtype,
                      info.version, info.is_default, info.max_sequence_length,
-                     info.server_version)
+                     info.server_version, info.kv_cache_dtype)
 
 
 _WIRE_DTYPES = {"fp32": pb.DATA_TYPE_FP32, "bf16": pb.DATA_TYPE_BF16, "f16": pb.DATA_TYPE_FP16}

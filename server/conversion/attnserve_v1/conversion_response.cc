@@ -110,6 +110,7 @@ void FillModelInfo(const model::Model& model, const ModelLimits& limits, bool is
   info->set_source(model.source);
   info->set_is_default(is_default);
   info->set_server_version(kVersion);
+  info->set_kv_cache_dtype(std::string(model::KvCacheStorageName(model.config)));
 }
 
 void FillDecodeSessions(const SessionsPerVersion& sessions, v1::ModelInfo* info) {

@@ -48,12 +48,13 @@ TEST_F(CliCommandsTest, InfoPrintsEveryField) {
   ASSERT_EQ(run.code, 0) << run.err;
   for (const char* field :
        {"name:", "version:", "default:", "d_model:", "num_heads:", "variant:", "bias:", "dtype:",
-        "parameter_count:", "max_sequence_length:", "source:", "max_batch_sequences:",
-        "max_batch_tokens:", "max_queue_delay_us:", "max_queue_size:"}) {
+        "kv_cache_dtype:", "parameter_count:", "max_sequence_length:", "source:",
+        "max_batch_sequences:", "max_batch_tokens:", "max_queue_delay_us:", "max_queue_size:"}) {
     EXPECT_THAT(run.out, HasSubstr(field));
   }
   EXPECT_THAT(run.out, HasSubstr("d_model:              16"));
   EXPECT_THAT(run.out, HasSubstr("num_heads:            2"));
+  EXPECT_THAT(run.out, HasSubstr("kv_cache_dtype:       fp32"));
   EXPECT_THAT(run.out, HasSubstr("fp32"));
 }
 

@@ -32,6 +32,17 @@ TEST(DecodeFlagsTest, DefaultsAreTheRuntimeDefaults) {
   EXPECT_EQ(decoding.scheduling.prefill_chunk_tokens, 256);
   EXPECT_EQ(decoding.idle_timeout_us, int64_t{60} * 1000 * 1000);
   EXPECT_EQ(decoding.max_sessions, 4096);
+  EXPECT_EQ(flags.server.repository.load.default_kv_cache_dtype, model::KvCacheDtype::kAuto);
+}
+
+TEST(DecodeFlagsTest, KvCacheDtypeFromTheFlagOrTheEnvironment) {
+  EXPECT_EQ(Parse({"--kv-cache-dtype", "int8"}).server.repository.load.default_kv_cache_dtype,
+            model::KvCacheDtype::kInt8);
+  ::setenv("ATTNSERVE_KV_CACHE_DTYPE", "int8", 1);
+  const server::ServerFlags flags = Parse({});
+  ::unsetenv("ATTNSERVE_KV_CACHE_DTYPE");
+  EXPECT_EQ(flags.server.repository.load.default_kv_cache_dtype, model::KvCacheDtype::kInt8);
+  EXPECT_THROW(Parse({"--kv-cache-dtype", "fp8"}), CLI::ValidationError);
 }
 
 TEST(DecodeFlagsTest, FlagsAndEnvironmentSetTheRuntimeOptions) {

@@ -239,8 +239,14 @@ TEST(FillModelInfoTest, DescribesModelAndLimits) {
   EXPECT_EQ(info.version(), 3);
   EXPECT_EQ(info.source(), "embedded");
   EXPECT_TRUE(info.is_default());
+  EXPECT_EQ(info.kv_cache_dtype(), "fp32");
   server::FillModelInfo(*TinyModel(), limits, /*is_default=*/false, &info);
   EXPECT_FALSE(info.is_default());
+  model::Model int8_cache = *TinyModel();
+  int8_cache.config.kv_cache_dtype = model::KvCacheDtype::kInt8;
+  server::FillModelInfo(int8_cache, limits, /*is_default=*/false, &info);
+  EXPECT_EQ(info.kv_cache_dtype(), "int8");
+  EXPECT_EQ(info.dtype(), "fp32");
 }
 
 TEST(FillModelInfoTest, DecodeSessionsOfTheServingAndOfRetiredVersions) {

@@ -4,6 +4,7 @@
 // chunks and decode steps in the same iterations.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -149,6 +150,62 @@ TEST(DecodeExactnessTest, InterleavedSessionsEqualCoreFullForwardAndReference) {
   const decoding::DecodeStats stats = rt.Stats();
   EXPECT_EQ(stats.prefill_tokens, 40 + 23 + 5);
   EXPECT_EQ(stats.decode_tokens, 1 + 4 * 6);
+}
+
+// A model whose config says kv_cache_dtype int8 decodes over an int8 cache, beside an fp32 model
+// on the same weights in the same iterations: its self- and cross-attention outputs stay within
+// 1e-2 (relative) of the fp32 cache's, which equal the full forward, and differ from them (the
+// int8 rows were read).
+TEST(DecodeExactnessTest, AnInt8CacheModelDecodesBesideAnFp32OneWithinItsBound) {
+  const TestModel m = MakeModel("m", 1, 9);
+  auto int8_model = std::make_shared<model::Model>(*m.model);
+  int8_model->name = "m8";
+  int8_model->config.kv_cache_dtype = model::KvCacheDtype::kInt8;
+  RecordingListener listener;
+  auto runtime =
+      DecodeRuntime::Create({.compute_threads = 1}, batching::RealClock::Default(), &listener);
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  DecodeRuntime& rt = **runtime;
+  constexpr int64_t kPrompt = 20, kSteps = 12;
+  const std::vector<float> x = UniformValues((kPrompt + kSteps) * kD, 31);
+  const std::vector<float> memory = UniformValues(17 * kD, 32);
+  // Sessions: fp32 self, int8 self, fp32 cross, int8 cross.
+  const std::vector<std::shared_ptr<const model::Model>> models = {m.model, int8_model, m.model,
+                                                                   int8_model};
+  std::vector<SessionId> ids;
+  for (size_t i = 0; i < models.size(); ++i) {
+    ids.push_back(OpenReady(rt, models[i], 0, i < 2 ? std::vector<float>() : memory));
+  }
+  std::vector<std::vector<float>> outputs(models.size());
+  for (int64_t step = 0; step <= kSteps; ++step) {
+    const int64_t first = step == 0 ? 0 : kPrompt + step - 1, rows = step == 0 ? kPrompt : 1;
+    std::vector<Answer> answers(models.size());
+    rt.Pause();
+    for (size_t i = 0; i < models.size(); ++i) {
+      ASSERT_TRUE(Append(rt, ids[i], Rows(x, first, rows), &answers[i]).ok());
+    }
+    rt.Resume();
+    for (size_t i = 0; i < models.size(); ++i) {
+      const auto& result = answers[i].Get();
+      ASSERT_TRUE(result.ok()) << "session " << i << ": " << result.status();
+      outputs[i].insert(outputs[i].end(), result->begin(), result->end());
+    }
+  }
+  for (size_t pair : {0, 2}) {
+    SCOPED_TRACE(pair == 0 ? "self-attention" : "cross-attention");
+    const std::vector<float>& fp32 = outputs[pair];
+    const std::vector<float>& int8 = outputs[pair + 1];
+    const std::vector<float> full =
+        FullForward(*m.model->layer, x, pair == 0, pair == 0 ? std::vector<float>() : memory);
+    EXPECT_LE(MaxAbsDiff(fp32, full), kExact);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      diff += (double{int8[i]} - fp32[i]) * (double{int8[i]} - fp32[i]);
+      norm += double{fp32[i]} * fp32[i];
+    }
+    EXPECT_LE(std::sqrt(diff / norm), 1e-2);
+    EXPECT_GT(MaxAbsDiff(int8, fp32), 1e-6);
+  }
 }
 
 // A 512-row prompt is cut into chunks of at most prefill_chunk_tokens, one per iteration, and

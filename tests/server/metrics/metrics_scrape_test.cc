@@ -144,9 +144,12 @@ TEST_F(MetricsScrapeTest, CountsEveryRequestByModelMethodAndCode) {
   EXPECT_EQ(ValueOf(after, Series("attnserve_queue_depth", "model=\"small\"")), 0);
   EXPECT_EQ(ValueOf(after, Series("attnserve_model_loaded", "model=\"small\"")), 1);
   EXPECT_EQ(ValueOf(after, Series("attnserve_model_loaded", "model=\"single\"")), 1);
-  EXPECT_EQ(ValueOf(after, Series("attnserve_model_info",
-                                  "compute_dtype=\"fp32\",model=\"small\",version=\"1\"")),
-            1);
+  EXPECT_EQ(
+      ValueOf(
+          after,
+          Series("attnserve_model_info",
+                 "compute_dtype=\"fp32\",kv_cache_dtype=\"fp32\",model=\"small\",version=\"1\"")),
+      1);
   EXPECT_EQ(ValueOf(after, Series("attnserve_model_load_failures_total", "model=\"small\"")), 0);
   EXPECT_EQ(CountSeries(after, "attnserve_build_info{"), 1);
   EXPECT_GT(ValueOf(after, "process_resident_memory_bytes"), 1e6);
@@ -236,9 +239,12 @@ TEST_F(MetricsScrapeTest, ABrokenModelFolderIsCountedAsALoadFailure) {
                  series.find("model=\"broken\"") != std::string::npos)
         << series;
   }
-  EXPECT_EQ(ValueOf(samples, Series("attnserve_model_info",
-                                    "compute_dtype=\"fp32\",model=\"small\",version=\"1\"")),
-            1);
+  EXPECT_EQ(
+      ValueOf(
+          samples,
+          Series("attnserve_model_info",
+                 "compute_dtype=\"fp32\",kv_cache_dtype=\"fp32\",model=\"small\",version=\"1\"")),
+      1);
   EXPECT_EQ(ValueOf(samples, Series("attnserve_model_loaded", "model=\"small\"")), 1);
   // A request for it is counted under its own (known) name.
   EXPECT_EQ(AttendCode(MakeRequest("broken", 2, kSmallWidth, 1)), grpc::StatusCode::UNAVAILABLE);

@@ -102,9 +102,18 @@ TEST(ServerMetricsTest, SnapshotsAreReadAtScrapeTime) {
   ServerMetrics metrics = MakeMetrics();
   int64_t depth = 3;
   metrics.SetSnapshotSource([&] {
-    return std::vector<ModelSnapshot>{
-        {.name = "up", .loaded = true, .queue_depth = depth, .version = 4, .compute_dtype = "bf16"},
-        {.name = "down", .loaded = false, .queue_depth = 0, .version = 0, .compute_dtype = ""}};
+    return std::vector<ModelSnapshot>{{.name = "up",
+                                       .loaded = true,
+                                       .queue_depth = depth,
+                                       .version = 4,
+                                       .compute_dtype = "bf16",
+                                       .kv_cache_dtype = "int8"},
+                                      {.name = "down",
+                                       .loaded = false,
+                                       .queue_depth = 0,
+                                       .version = 0,
+                                       .compute_dtype = "",
+                                       .kv_cache_dtype = ""}};
   });
   Samples samples = Collect(metrics);
   EXPECT_EQ(ValueOf(samples, "attnserve_model_loaded{model=\"up\"}"), 1);
@@ -112,7 +121,9 @@ TEST(ServerMetricsTest, SnapshotsAreReadAtScrapeTime) {
   EXPECT_EQ(ValueOf(samples, "attnserve_queue_depth{model=\"up\"}"), 3);
   EXPECT_EQ(ValueOf(samples, "attnserve_queue_depth{model=\"down\"}"), -1);  // No batcher.
   EXPECT_EQ(
-      ValueOf(samples, "attnserve_model_info{compute_dtype=\"bf16\",model=\"up\",version=\"4\"}"),
+      ValueOf(samples,
+              "attnserve_model_info{compute_dtype=\"bf16\",kv_cache_dtype=\"int8\",model=\"up\","
+              "version=\"4\"}"),
       1);
   // Only serving models have an info series.
   for (const auto& [name, value] : samples) {

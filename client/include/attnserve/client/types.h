@@ -117,6 +117,8 @@ struct ModelInfo {
   std::string source = {};
   bool is_default = false;
   std::string server_version = {};  // The attnserve release that answered, e.g. "1.0.0".
+  // What decoding sessions' KV cache stores: "fp32", "bf16" or "int8" ("" from an older server).
+  std::string kv_cache_dtype = {};
 };
 
 }  // namespace attnserve::client
