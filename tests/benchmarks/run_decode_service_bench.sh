@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loopback throughput and latency of decoding sessions: `attnserve-cli bench --sessions` against a
 # server on a free 127.0.0.1 port (embedded demo model: d_model 512, 8 heads), client and server
-# on the same cores. For each compute type (COMPUTE_DTYPES) it runs, each on a fresh server:
+# on the same cores. For each KV cache dtype (KV_CACHE_DTYPES, --kv-cache-dtype: "auto", the
+# compute type's, and/or "int8") and compute type (COMPUTE_DTYPES) it runs, each on a fresh server:
 #   on-1x64   continuous batching, one stream sending one message of 64 one-row steps per round
 #   on-64x1   continuous batching, 64 streams of one session each
 #   off-1x64, off-64x1  the same with batching off (one row per iteration:
@@ -21,8 +22,8 @@
 #
 # Usage: tests/benchmarks/run_decode_service_bench.sh [BUILD_DIR]
 #   Environment: SESSIONS (64), CONTEXT (64), STEPS (128), PROMPT_CONTEXT (64), PROMPT_STEPS
-#   (128), LONG_AT (40), GATHER_US (3000), COMPUTE_DTYPES
-#   ("fp32 bf16"), RUNS (the run names above to do, e.g. "on-1x64"; default all), and
+#   (128), LONG_AT (40), GATHER_US (3000), COMPUTE_DTYPES ("fp32 bf16"), KV_CACHE_DTYPES
+#   ("auto"), RUNS (the run names above to do, e.g. "on-1x64"; default all), and
 #   server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
 set -euo pipefail
 bench_name=run_decode_service_bench.sh
@@ -49,13 +50,14 @@ run() {
   wanted "${name%-*}" || return 0
   read -r -a sflags <<<"${server_flags}"
   wait_quiet "${name}"
-  start_server "${work}/${name}.server.log" --metrics-off --compute-dtype "${dtype}" "${sflags[@]}"
+  start_server "${work}/${name}.server.log" --metrics-off --compute-dtype "${dtype}" \
+    --kv-cache-dtype "${kv_dtype}" "${sflags[@]}"
   cpu0="$(server_cpu_s)"
   "${cli_bin}" --target "127.0.0.1:${port}" --timeout-s 120 -q bench --model demo \
     --sessions "${sessions}" --json "$@" >"${work}/${name}.json"
   cpu1="$(server_cpu_s)"
   stop_server
-  python3 - "${work}/${name}.json" "${cpu0}" "${cpu1}" "${name}" "${dtype}" <<'PY'
+  python3 - "${work}/${name}.json" "${cpu0}" "${cpu1}" "${name}" "${dtype}/${kv_dtype}" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 cpu = float(sys.argv[3].split()[0]) - float(sys.argv[2].split()[0])
@@ -82,13 +84,14 @@ fi
 
 # core_share NAME DTYPE: the core's batched step for DTYPE now, against run NAME's tokens/s.
 core_share() {
-  local name="$1" dtype="$2" bf16=0
+  local name="$1" dtype="$2" bf16=0 int8=0
   [[ "${dtype}" == bf16 ]] && bf16=1
+  [[ "${kv_dtype}" == int8 ]] && int8=1
   wait_quiet "core-${dtype}"
-  "${core_bin}" --benchmark_filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/int8:0/" \
+  "${core_bin}" --benchmark_filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/int8:${int8}/" \
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_format=json >"${work}/core-${dtype}.json" 2>/dev/null
-  python3 - "${work}/core-${dtype}.json" "${work}/${name}.json" "${dtype}" <<'PY'
+  python3 - "${work}/core-${dtype}.json" "${work}/${name}.json" "${dtype}/${kv_dtype}" <<'PY'
 import json, sys
 core = json.load(open(sys.argv[1]))
 median = [b for b in core["benchmarks"] if b.get("aggregate_name") == "median"][0]
@@ -100,8 +103,9 @@ print(f"| core | {sys.argv[3]} | offline 64 x 128 batched step {step_s * 1e3:.2f
 PY
 }
 
-echo "| run | compute | streams x sessions | tokens/s | step p50 ms | step p99 ms | server CPU s (prefill included) | client CPU s (rounds only) |"
+echo "| run | compute/KV cache | streams x sessions | tokens/s | step p50 ms | step p99 ms | server CPU s (prefill included) | client CPU s (rounds only) |"
 echo "|---|---|---|---:|---:|---:|---:|---:|"
+for kv_dtype in ${KV_CACHE_DTYPES:-auto}; do
 for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
   mix=(--context "${context}" --steps "${steps}")
   run "on-1x64-${dtype}" "${dtype}" "" "${mix[@]}"
@@ -116,4 +120,5 @@ for dtype in ${COMPUTE_DTYPES:-fp32 bf16}; do
     --clients "${sessions}"
   run "prompt-${dtype}" "${dtype}" "" --context "${prompt_context}" --steps "${prompt_steps}" \
     --long-prompt-rows 2048 --long-prompt-at-round "${long_at}"
+done
 done
