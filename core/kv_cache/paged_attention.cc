@@ -381,6 +381,16 @@ ATTNSERVE_INLINE Vec16 DotLanes(const Vec16 (&q)[kDim / kVecFloats], const T* k)
   return sums[0] + sums[1];
 }
 
+// What multiplies key r's dot product: an int8 key's scale, 1 for the other types.
+template <typename T>
+ATTNSERVE_INLINE float KeyScale(const KvSegment& seg, int64_t r) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    return Int8Scale(seg.k_scale[r]);
+  } else {
+    return 1.0f;
+  }
+}
+
 // Scores of keys [key, key + n) from `seg` (rows of T), four keys at a time, with AttendRow's
 // semantics: blocked keys -∞, the maximum over the others (NaN ignored) and their count.
 template <int64_t kDim, int kG, typename T>
@@ -390,22 +400,18 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const T* k = static_cast<const T*>(seg.k);
   const int64_t ld = seg.ld;
-  // An int8 key's scale multiplies its dot product (1 for the other types).
-  const auto key_scale = [&seg](int64_t r) {
-    if constexpr (std::is_same_v<T, int8_t>) return Int8Scale(seg.k_scale[r]);
-    return 1.0f;
-  };
   int64_t r = 0;
   for (; r + 4 <= n; r += 4) {
     const Vec16 sums = HorizontalSum4(
         DotLanes<kDim, kG>(q, k + r * ld), DotLanes<kDim, kG>(q, k + (r + 1) * ld),
         DotLanes<kDim, kG>(q, k + (r + 2) * ld), DotLanes<kDim, kG>(q, k + (r + 3) * ld));
     for (int64_t i = 0; i < 4; ++i) {
-      scores[key + r + i] = a.scale * (sums[4 * i] * key_scale(r + i));
+      scores[key + r + i] = a.scale * (sums[4 * i] * KeyScale<T>(seg, r + i));
     }
   }
   for (; r < n; ++r) {
-    scores[key + r] = a.scale * (HorizontalSum(DotLanes<kDim, kG>(q, k + r * ld)) * key_scale(r));
+    scores[key + r] =
+        a.scale * (HorizontalSum(DotLanes<kDim, kG>(q, k + r * ld)) * KeyScale<T>(seg, r));
   }
   for (r = 0; r < n; ++r) {
     const bool open = a.explicit_row == nullptr || a.explicit_row[key + r] != 0;
