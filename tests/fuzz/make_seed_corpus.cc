@@ -197,6 +197,7 @@ void WriteConfigs(const fs::path& dir) {
   Write(dir / "minimal.json", R"({"d_model": 512, "num_heads": 8})");
   Write(dir / "single_head.json",
         R"({"d_model": 6, "num_heads": 1, "variant": "single_head", "bias": false})");
+  Write(dir / "kv_cache_int8.json", R"({"d_model": 8, "num_heads": 2, "kv_cache_dtype": "int8"})");
   Write(dir / "bad_unknown_key.json", R"({"d_model": 8, "num_heads": 2, "heads": 2})");
   Write(dir / "bad_heads.json", R"({"d_model": 8, "num_heads": 3, "dtype": "fp32"})");
   Write(dir / "bad_batching.json",
