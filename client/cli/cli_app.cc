@@ -230,6 +230,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
                         "then run --steps rounds of one-row steps");
   bench->add_option("--context", decode_bench.context, "decode mode: prompt rows per session")
       ->capture_default_str();
+  bench
+      ->add_option("--prefill-message-bytes", decode_bench.prefill_message_bytes,
+                   "decode mode: most prompt bytes per prefill message (whole sessions, at least "
+                   "one), below the server's --max-message-bytes")
+      ->capture_default_str();
   bench->add_option("--steps", decode_bench.steps, "decode mode: rounds of one-row steps")
       ->capture_default_str();
   bench

@@ -93,6 +93,7 @@ class DecodeBenchState {
   }
 
   const DecodeBenchOptions& options() const { return options_; }
+  int64_t d_model() const { return d_model_; }
   // Read once every thread has joined.
   const std::vector<StepSample>& samples() const { return samples_; }
   int64_t ok_steps() const { return ok_steps_; }
@@ -123,30 +124,43 @@ struct StreamPart {
 
 std::string SessionName(int index) { return absl::StrCat("s", index); }
 
-// Opens the part's sessions and prefills them in one message. Errors are recorded; false when
-// any open or prompt failed (the run cannot go on meaningfully).
+// Opens the part's sessions and prefills them: the opens and the first prompts in one message,
+// then messages of at most options.prefill_message_bytes of prompts. Errors are recorded; false
+// when any open or prompt failed (the run cannot go on meaningfully).
 bool Prefill(DecodeBenchState& state, client::DecodeStream& stream, StreamPart part) {
   const DecodeBenchOptions& options = state.options();
-  client::DecodeMessage message;
-  for (int i = part.first; i < part.first + part.count; ++i) {
-    message.opens.push_back({.session = SessionName(i), .model = options.model});
-    if (options.context > 0) {
+  const int64_t prompt_bytes =
+      options.context * state.d_model() * static_cast<int64_t>(sizeof(float));
+  const int end = part.first + part.count;
+  bool ok = true, first_message = true;
+  // Without prompts, the opens alone.
+  for (int i = part.first; ok && (first_message || (options.context > 0 && i < end));) {
+    client::DecodeMessage message;
+    if (first_message) {
+      for (int j = part.first; j < end; ++j) {
+        message.opens.push_back({.session = SessionName(j), .model = options.model});
+      }
+      first_message = false;
+    }
+    for (int64_t bytes = 0;
+         options.context > 0 && i < end &&
+         (message.steps.empty() || bytes + prompt_bytes <= options.prefill_message_bytes);
+         ++i, bytes += prompt_bytes) {
       message.steps.push_back({.session = SessionName(i), .rows = state.Rows(i, options.context)});
     }
-  }
-  absl::StatusOr<client::DecodeAnswer> answer = stream.Send(message);
-  if (!answer.ok()) {
-    state.RecordError(answer.status(), part.count);
-    return false;
-  }
-  bool ok = true;
-  for (const auto& opened : answer->opens) {
-    if (!opened.ok()) state.RecordError(opened.status());
-    ok = ok && opened.ok();
-  }
-  for (const auto& step : answer->steps) {
-    if (!step.ok()) state.RecordError(step.status());
-    ok = ok && step.ok();
+    absl::StatusOr<client::DecodeAnswer> answer = stream.Send(message);
+    if (!answer.ok()) {
+      state.RecordError(answer.status(), part.count);
+      return false;
+    }
+    for (const auto& opened : answer->opens) {
+      if (!opened.ok()) state.RecordError(opened.status());
+      ok = ok && opened.ok();
+    }
+    for (const auto& step : answer->steps) {
+      if (!step.ok()) state.RecordError(step.status());
+      ok = ok && step.ok();
+    }
   }
   return ok;
 }
@@ -384,6 +398,10 @@ absl::Status Validate(const DecodeBenchOptions& options) {
                                                    options.long_prompt_at_round));
   }
   if (options.duration_s < 0) return absl::InvalidArgumentError("--duration must not be negative");
+  if (options.prefill_message_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill-message-bytes: expected >= 1, got ",
+                                                   options.prefill_message_bytes));
+  }
   return absl::OkStatus();
 }
 

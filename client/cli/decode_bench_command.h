@@ -35,9 +35,13 @@
 namespace attnserve::cli {
 
 struct DecodeBenchOptions {
-  std::string model;                 // "" = the server's default model.
-  int sessions = 64;                 // Sessions in all (>= 1).
-  int64_t context = 128;             // Prompt rows per session (>= 0; 0 = no prefill).
+  std::string model;      // "" = the server's default model.
+  int sessions = 64;      // Sessions in all (>= 1).
+  int64_t context = 128;  // Prompt rows per session (>= 0; 0 = no prefill).
+  // Most prompt bytes one prefill message carries (whole sessions; at least one). 16 MiB: a
+  // quarter of the server's default --max-message-bytes, so 64 sessions of 2048-row prompts
+  // (268 MB at d_model 512) go as 16 messages instead of one the server would refuse.
+  int64_t prefill_message_bytes = int64_t{16} << 20;
   int64_t steps = 100;               // Rounds of one-row steps (>= 1).
   int clients = 1;                   // Streams the sessions are spread over (1..sessions).
   int64_t long_prompt_rows = 0;      // 0 = none.

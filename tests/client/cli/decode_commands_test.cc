@@ -133,6 +133,21 @@ TEST_F(DecodeCommandsTest, BenchSessionsOneClientSendsOneMessagePerRound) {
   EXPECT_EQ(stats.prefill_tokens, 32);
 }
 
+// Prompts past --prefill-message-bytes go in several messages (512 bytes a session, two a message:
+// two messages on each stream of 4 and 3 sessions): every row is computed.
+TEST_F(DecodeCommandsTest, BenchSessionsSplitsPromptsOverPrefillMessages) {
+  const CliRun run =
+      Run({"bench", "--model", "small", "--sessions", "7", "--clients", "2", "--context", "8",
+           "--steps", "3", "--prefill-message-bytes", "1100", "--json", "-q"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_TRUE(report["errors"].empty());
+  EXPECT_EQ(report["decode_tokens"], 21);
+  const decoding::DecodeStats stats = Stats();
+  EXPECT_EQ(stats.prefill_tokens, 7 * 8);
+  EXPECT_EQ(stats.decode_tokens, 21);
+}
+
 TEST_F(DecodeCommandsTest, BenchSessionsManyClientsWithALongPromptReportsItsEffect) {
   const CliRun run =
       Run({"bench", "--model", "small", "--sessions", "4", "--clients", "4", "--context", "8",
@@ -240,6 +255,9 @@ TEST_F(DecodeCommandsTest, BenchSessionsRefusesBadCombinations) {
              "8", "--long-prompt-at-round", "5"});
   EXPECT_EQ(run.code, 1);
   EXPECT_THAT(run.err, HasSubstr("--long-prompt-at-round: expected 0..4"));
+  run = Run({"bench", "--model", "small", "--sessions", "2", "--prefill-message-bytes", "0"});
+  EXPECT_EQ(run.code, 1);
+  EXPECT_THAT(run.err, HasSubstr("--prefill-message-bytes: expected >= 1, got 0"));
 }
 
 }  // namespace
