@@ -51,15 +51,6 @@ std::unique_ptr<KvBlockPool> MakeInt8Pool(const AttentionConfig& config, int64_t
   return pool.ok() ? std::move(*pool) : nullptr;
 }
 
-double RelativeError(std::span<const float> got, std::span<const float> want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
-    norm += double{want[i]} * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 // ---- QuantizeInt8Row -----------------------------------------------------------------------
 
 TEST(QuantizeInt8RowTest, ScaleIsTheSmallestBf16AboveMaxOver127AndValuesWithinHalfAStep) {

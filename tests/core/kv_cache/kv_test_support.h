@@ -29,6 +29,17 @@ inline double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
   return worst;
 }
 
+// ‖got − want‖ / ‖want‖ (Euclidean, in double); +∞ when sizes differ.
+inline double RelativeError(std::span<const float> got, std::span<const float> want) {
+  if (got.size() != want.size()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    norm += double{want[i]} * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
 // One forward of the plain executor over one sequence `x` ([rows, d]); optional memory makes it
 // cross-attention. Fails the test on error.
 inline std::vector<float> FullForward(const core::AttentionLayer& layer, std::span<const float> x,
