@@ -35,7 +35,7 @@ ATTNSERVE_PER_ISA_CLONES uint16_t QuantizeInt8Row(const float* src, int64_t coun
   const float inverse = 1.0f / Int8Scale(scale);
   for (int64_t i = 0; i < count; ++i) {
     // |src[i] · inverse| <= 127 up to one rounding of the product: the clamp only catches that.
-    const float q = std::clamp(std::round(src[i] * inverse), -127.0f, 127.0f);
+    const float q = std::clamp(std::nearbyint(src[i] * inverse), -127.0f, 127.0f);
     dst[i] = static_cast<int8_t>(q);
   }
   return scale;

@@ -13,7 +13,7 @@
 
 namespace attnserve::core {
 
-// Writes src[0, count) to dst as int8 (round to nearest, ties away from zero) and returns the
+// Writes src[0, count) to dst as int8 (round to nearest, ties to even) and returns the
 // scale's bf16 bits. An all-zero row gets scale 0. A row holding a NaN or an infinity gets a NaN
 // scale and zero values, so that every value of it reads back as NaN (the forward passes report
 // non-finite outputs; nothing is silently clamped).

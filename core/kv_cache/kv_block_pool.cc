@@ -46,11 +46,8 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const Attention
     return absl::InvalidArgumentError(
         absl::StrCat("max_sequence_tokens must be > 0, got ", options.max_sequence_tokens));
   }
-  // As block_bytes() computes it for the pool about to be made.
-  const int64_t block_bytes =
-      options.int8 ? 2 * options.block_tokens * (identity.d_model + 2 * identity.num_heads)
-                   : 2 * options.block_tokens * identity.d_model *
-                         ElementBytes(KvElementTypeFor(identity.compute_type));
+  const Layout layout = LayoutFor(identity, options);
+  const int64_t block_bytes = layout.data_bytes + layout.scale_bytes;
   const int64_t blocks = options.budget_bytes / block_bytes;
   if (blocks < 1 || blocks > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -58,25 +55,38 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const Attention
                      " bytes, got ", options.budget_bytes));
   }
   try {
-    return std::unique_ptr<KvBlockPool>(
-        new KvBlockPool(KvCacheIdentity::Of(identity), options, static_cast<size_t>(blocks)));
+    return std::unique_ptr<KvBlockPool>(new KvBlockPool(KvCacheIdentity::Of(identity), options,
+                                                        layout, static_cast<size_t>(blocks)));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache: cannot allocate ", blocks * block_bytes, " bytes"));
   }
 }
 
+KvBlockPool::Layout KvBlockPool::LayoutFor(const AttentionConfig& identity,
+                                           const KvCacheOptions& options) {
+  const KvElementType type =
+      options.int8 ? KvElementType::kInt8 : KvElementTypeFor(identity.compute_type);
+  const int64_t rows = 2 * options.block_tokens * identity.d_model;  // K and V.
+  const int64_t scales =
+      type == KvElementType::kInt8 ? 2 * options.block_tokens * identity.num_heads : 0;
+  return {.element_type = type,
+          .data_bytes = rows * ElementBytes(type),
+          .scale_bytes = scales * int64_t{sizeof(uint16_t)}};
+}
+
 KvBlockPool::KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options,
-                         size_t capacity)
+                         const Layout& layout, size_t capacity)
     : identity_(identity),
       options_(options),
       capacity_(capacity),
-      element_type_(options.int8 ? KvElementType::kInt8 : KvElementTypeFor(identity.compute_type)),
+      layout_(layout),
       block_elements_(2 * options.block_tokens * identity.d_model),
       // block_elements_ is even, so a bf16 arena is a whole number of floats.
-      arena_(MapArena(capacity * static_cast<size_t>(DataBytes()))),
-      scale_arena_(options.int8 ? MapArena(capacity * static_cast<size_t>(ScaleBytes()))
-                                : std::unique_ptr<std::byte, Unmap>(nullptr, Unmap{})),
+      arena_(MapArena(capacity * static_cast<size_t>(layout.data_bytes))),
+      scale_arena_(layout.scale_bytes > 0
+                       ? MapArena(capacity * static_cast<size_t>(layout.scale_bytes))
+                       : std::unique_ptr<std::byte, Unmap>(nullptr, Unmap{})),
       discarded_flags_(capacity, false) {
   free_.reserve(capacity);
   // Highest id at the bottom so block 0 is handed out first.
@@ -151,9 +161,9 @@ int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
     begin[bytes - 1] = std::byte{0};  // The last page, when the stride stepped over its start.
   };
   const auto first = static_cast<int32_t>(touched_);
-  touch(Element(first, 0), (end - touched_) * DataBytes());
+  touch(Element(first, 0), (end - touched_) * layout_.data_bytes);
   if (scale_arena_) {
-    touch(reinterpret_cast<std::byte*>(Scales(first, 0)), (end - touched_) * ScaleBytes());
+    touch(reinterpret_cast<std::byte*>(Scales(first, 0)), (end - touched_) * layout_.scale_bytes);
   }
   const int64_t touched = end - touched_;
   touched_ = end;
@@ -162,13 +172,15 @@ int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
 
 int64_t KvBlockPool::DiscardFreeBlocks(int64_t max_blocks) {
   // The scale arena of an int8 pool (3 % of it for 64-wide heads) is left resident.
-  if (DataBytes() % PageBytes() != 0) return 0;
+  if (layout_.data_bytes % PageBytes() != 0) return 0;
   int64_t discarded = 0;
   // From the bottom of the LIFO: the blocks released longest ago.
   for (size_t i = 0; i < free_.size() && discarded < max_blocks; ++i) {
     const int32_t block = free_[i];
     if (block >= touched_ || discarded_flags_[block]) continue;
-    if (madvise(Element(block, 0), static_cast<size_t>(DataBytes()), MADV_DONTNEED) != 0) break;
+    if (madvise(Element(block, 0), static_cast<size_t>(layout_.data_bytes), MADV_DONTNEED) != 0) {
+      break;
+    }
     discarded_flags_[block] = true;
     ++discarded_;
     ++discarded;
@@ -201,7 +213,7 @@ void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int
     for (int64_t part = 0; part < 2 * h; ++part) {  // K heads, then V heads.
       const float* src = part < h ? k + r * k_ld + part * dk : v + r * v_ld + (part - h) * dk;
       std::byte* dst = Element(block, part);
-      switch (element_type_) {
+      switch (layout_.element_type) {
         case KvElementType::kBFloat16:
           RoundToBf16(src, dk, reinterpret_cast<uint16_t*>(dst) + slot);
           break;

@@ -108,12 +108,12 @@ class KvBlockPool {
   int64_t resident_blocks() const { return touched_ - discarded_; }
   // kInt8 for an int8 pool (KvCacheOptions::int8), else KvElementTypeFor(identity().compute_type):
   // what keys()/values() (or keys_bf16(), keys_int8() …) hold.
-  KvElementType element_type() const { return element_type_; }
+  KvElementType element_type() const { return layout_.element_type; }
   // Elements per block: 2 (K, V) × block_tokens × d_model.
   int64_t block_elements() const { return block_elements_; }
   // Bytes per block: block_elements() × 4 (fp32), 2 (bf16) or 1 (int8), plus an int8 block's
   // scales (2 × num_heads × block_tokens bf16). The budget counts these.
-  int64_t block_bytes() const { return DataBytes() + ScaleBytes(); }
+  int64_t block_bytes() const { return layout_.data_bytes + layout_.scale_bytes; }
 
   // OK when `config` is the model version this pool belongs to; FailedPrecondition naming the
   // mismatching field (expected and received) otherwise.
@@ -155,29 +155,29 @@ class KvBlockPool {
   // The same, typed: keys()/values() only on an fp32 pool, keys_bf16()/values_bf16() only on a
   // bf16 pool (the other type's rows are not there; debug builds assert).
   const float* keys(int32_t block, int64_t head) const {
-    assert(element_type_ == KvElementType::kFloat32);
+    assert(layout_.element_type == KvElementType::kFloat32);
     return static_cast<const float*>(key_data(block, head));
   }
   const float* values(int32_t block, int64_t head) const {
-    assert(element_type_ == KvElementType::kFloat32);
+    assert(layout_.element_type == KvElementType::kFloat32);
     return static_cast<const float*>(value_data(block, head));
   }
   const uint16_t* keys_bf16(int32_t block, int64_t head) const {
-    assert(element_type_ == KvElementType::kBFloat16);
+    assert(layout_.element_type == KvElementType::kBFloat16);
     return static_cast<const uint16_t*>(key_data(block, head));
   }
   const uint16_t* values_bf16(int32_t block, int64_t head) const {
-    assert(element_type_ == KvElementType::kBFloat16);
+    assert(layout_.element_type == KvElementType::kBFloat16);
     return static_cast<const uint16_t*>(value_data(block, head));
   }
   // An int8 pool's rows and their scales: token t of the block is keys_int8(…)[t · head_dim + i]
   // × Int8Scale(key_scales(…)[t]). Scales are null on other pools.
   const int8_t* keys_int8(int32_t block, int64_t head) const {
-    assert(element_type_ == KvElementType::kInt8);
+    assert(layout_.element_type == KvElementType::kInt8);
     return static_cast<const int8_t*>(key_data(block, head));
   }
   const int8_t* values_int8(int32_t block, int64_t head) const {
-    assert(element_type_ == KvElementType::kInt8);
+    assert(layout_.element_type == KvElementType::kInt8);
     return static_cast<const int8_t*>(value_data(block, head));
   }
   const uint16_t* key_scales(int32_t block, int64_t head) const { return Scales(block, head); }
@@ -195,7 +195,17 @@ class KvBlockPool {
              int64_t v_ld);
 
  private:
-  KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options, size_t capacity);
+  // What a block of a pool holds, in bytes.
+  struct Layout {
+    KvElementType element_type;
+    // A block's K and V rows in the main arena (a whole number of pages for large models).
+    int64_t data_bytes;
+    // A block's scales in the scale arena: 0 unless int8.
+    int64_t scale_bytes;
+  };
+  static Layout LayoutFor(const AttentionConfig& identity, const KvCacheOptions& options);
+  KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& options, const Layout& layout,
+              size_t capacity);
   struct Unmap {
     size_t bytes = 0;
     void operator()(std::byte* arena) const;
@@ -206,20 +216,12 @@ class KvBlockPool {
   // Start of the `part`-th head_dim-wide run of `block` (K heads 0..h-1, then V heads).
   std::byte* Element(int32_t block, int64_t part) const {
     const int64_t element = block * block_elements_ + part * HeadStride();
-    return arena_.get() + element * ElementBytes(element_type_);
-  }
-  // Bytes of a block's K and V rows in the main arena (a whole number of pages for large models).
-  int64_t DataBytes() const { return block_elements_ * ElementBytes(element_type_); }
-  // Bytes of a block's scales in the scale arena: 0 unless int8.
-  int64_t ScaleBytes() const {
-    return element_type_ == KvElementType::kInt8
-               ? 2 * identity_.num_heads * options_.block_tokens * int64_t{sizeof(uint16_t)}
-               : 0;
+    return arena_.get() + element * ElementBytes(layout_.element_type);
   }
   // The scales of the `part`-th row run of `block` (as Element), or null without scales.
   uint16_t* Scales(int32_t block, int64_t part) const {
     if (!scale_arena_) return nullptr;
-    return reinterpret_cast<uint16_t*>(scale_arena_.get() + block * ScaleBytes()) +
+    return reinterpret_cast<uint16_t*>(scale_arena_.get() + block * layout_.scale_bytes) +
            part * options_.block_tokens;
   }
   int64_t BlocksFor(int64_t tokens) const {
@@ -229,12 +231,12 @@ class KvBlockPool {
   KvCacheIdentity identity_;
   KvCacheOptions options_;
   size_t capacity_;
-  KvElementType element_type_;
+  Layout layout_;
   int64_t block_elements_;
-  // capacity_ × block_bytes(), viewed as floats or uint16_t: an anonymous mapping, page-aligned,
-  // its pages zero-filled on first touch.
+  // capacity_ × layout_.data_bytes, viewed as float, uint16_t or int8_t: an anonymous mapping,
+  // page-aligned, its pages zero-filled on first touch.
   std::unique_ptr<std::byte, Unmap> arena_;
-  // capacity_ × ScaleBytes() for an int8 pool, else null.
+  // capacity_ × layout_.scale_bytes for an int8 pool, else null.
   std::unique_ptr<std::byte, Unmap> scale_arena_;
   std::vector<int32_t> free_;  // LIFO: the most recently released (cache-warm) block goes first.
   int64_t high_water_ = 0;     // See high_water_blocks().
