@@ -43,60 +43,47 @@ ATTNSERVE_INLINE float Widen(uint16_t x) {
   return std::bit_cast<float>(static_cast<uint32_t>(x) << 16);
 }
 
+// An element of a bf16 or int8 row as fp32 (int8 before its row's scale).
+ATTNSERVE_INLINE float ToFloat(float x) { return x; }
+ATTNSERVE_INLINE float ToFloat(uint16_t x) { return Widen(x); }
+ATTNSERVE_INLINE float ToFloat(int8_t x) { return static_cast<float>(x); }
+
 // 16 independent lanes, summed pairwise at the end: an `omp simd reduction` would spill its lanes
 // and add them one by one per key, which costs more than the 64-element dot itself in bf16.
 constexpr int64_t kLanes = 16;
 
-ATTNSERVE_INLINE float DotBf16(const float* a, const uint16_t* b, int64_t n) {
+// a · b over n elements of a bf16 or int8 row (widened as they are read).
+template <typename T>
+ATTNSERVE_INLINE float DotWidened(const float* a, const T* b, int64_t n) {
   float lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
 #pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * Widen(b[i + l]);
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * ToFloat(b[i + l]);
   }
   for (int64_t width = kLanes / 2; width > 0; width /= 2) {
 #pragma omp simd
     for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   }
   float sum = lanes[0];
-  for (; i < n; ++i) sum += a[i] * Widen(b[i]);
+  for (; i < n; ++i) sum += a[i] * ToFloat(b[i]);
   return sum;
 }
 
-ATTNSERVE_INLINE void AxpyBf16(float alpha, const uint16_t* x, float* y, int64_t n) {
+// y += alpha · x over n elements of a bf16 or int8 row.
+template <typename T>
+ATTNSERVE_INLINE void AxpyWidened(float alpha, const T* x, float* y, int64_t n) {
 #pragma omp simd simdlen(16)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * Widen(x[i]);
-}
-
-// As DotBf16, over int8 values (their row's scale applied by the caller).
-ATTNSERVE_INLINE float DotInt8(const float* a, const int8_t* b, int64_t n) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-#pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * static_cast<float>(b[i + l]);
-  }
-  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
-#pragma omp simd
-    for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  float sum = lanes[0];
-  for (; i < n; ++i) sum += a[i] * static_cast<float>(b[i]);
-  return sum;
-}
-
-ATTNSERVE_INLINE void AxpyInt8(float alpha, const int8_t* x, float* y, int64_t n) {
-#pragma omp simd simdlen(16)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * ToFloat(x[i]);
 }
 
 // q · key r of `seg`.
 ATTNSERVE_INLINE float KeyDot(const KvSegment& seg, int64_t r, const float* q, int64_t n) {
   switch (seg.type) {
     case KvElementType::kBFloat16:
-      return DotBf16(q, static_cast<const uint16_t*>(seg.k) + r * seg.ld, n);
+      return DotWidened(q, static_cast<const uint16_t*>(seg.k) + r * seg.ld, n);
     case KvElementType::kInt8:
-      return DotInt8(q, static_cast<const int8_t*>(seg.k) + r * seg.ld, n) *
+      return DotWidened(q, static_cast<const int8_t*>(seg.k) + r * seg.ld, n) *
              Int8Scale(seg.k_scale[r]);
     default:
       return Dot(q, static_cast<const float*>(seg.k) + r * seg.ld, n);
@@ -107,10 +94,10 @@ ATTNSERVE_INLINE float KeyDot(const KvSegment& seg, int64_t r, const float* q, i
 ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* out, int64_t n) {
   switch (seg.type) {
     case KvElementType::kBFloat16:
-      return AxpyBf16(p, static_cast<const uint16_t*>(seg.v) + r * seg.ld, out, n);
+      return AxpyWidened(p, static_cast<const uint16_t*>(seg.v) + r * seg.ld, out, n);
     case KvElementType::kInt8:
-      return AxpyInt8(p * Int8Scale(seg.v_scale[r]), static_cast<const int8_t*>(seg.v) + r * seg.ld,
-                      out, n);
+      return AxpyWidened(p * Int8Scale(seg.v_scale[r]),
+                         static_cast<const int8_t*>(seg.v) + r * seg.ld, out, n);
     default:
       return Axpy(p, static_cast<const float*>(seg.v) + r * seg.ld, out, n);
   }
@@ -272,10 +259,6 @@ template <int kG>
 struct Group {
   Vec16 v[kG];
 };
-
-ATTNSERVE_INLINE float ToFloat(float x) { return x; }
-ATTNSERVE_INLINE float ToFloat(uint16_t x) { return Widen(x); }
-ATTNSERVE_INLINE float ToFloat(int8_t x) { return static_cast<float>(x); }
 
 template <int kG, typename T>
 ATTNSERVE_INLINE Group<kG> LoadGroup(const T* p) {
