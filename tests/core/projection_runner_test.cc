@@ -49,7 +49,7 @@ TEST(FirstRowPieceTest, PiecesSumToTheRowsAndComeFromTheFixedSet) {
   EXPECT_EQ(FirstRowPiece(5000), 4096);
 }
 
-class ProjectionRunnerTest : public testing::TestWithParam<dt> {};
+class ProjectionRunnerTest : public ::testing::TestWithParam<dt> {};
 
 TEST_P(ProjectionRunnerTest, MatchesADoubleProductForEveryPieceSplit) {
   constexpr int64_t kK = 48, kN = 40, kMaxRows = 1100;
@@ -105,7 +105,7 @@ TEST_P(ProjectionRunnerTest, PrimitivesAreBoundedByThePieceSizesNotByTheRowCount
   EXPECT_EQ(runner.cached_primitives(), 63u + 15u + 5u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, ProjectionRunnerTest, testing::Values(dt::f32, dt::bf16),
+INSTANTIATE_TEST_SUITE_P(Types, ProjectionRunnerTest, ::testing::Values(dt::f32, dt::bf16),
                          [](const auto& param_info) {
                            return param_info.param == dt::f32 ? "F32" : "Bf16";
                          });

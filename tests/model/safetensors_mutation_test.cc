@@ -38,7 +38,7 @@
 #include "tests/model/mutations.h"
 #include "tests/support/temp_folder.h"
 
-namespace attnserve::model {
+namespace attnserve::model::safetensors_mutation_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -529,4 +529,4 @@ TEST_F(ConfigMutationTest, MutatedConfigsInFoldersLoadOrFailWithThePath) {
 }
 
 }  // namespace
-}  // namespace attnserve::model
+}  // namespace attnserve::model::safetensors_mutation_test

@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace attnserve::model {
+namespace attnserve::model::weight_naming_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -292,4 +292,4 @@ TEST(WeightNamingTest, ParseNaming) {
 }
 
 }  // namespace
-}  // namespace attnserve::model
+}  // namespace attnserve::model::weight_naming_test

@@ -29,7 +29,7 @@
 #include "tests/core/kv_cache/kv_test_support.h"
 #include "tests/reference/reference_attention.h"
 
-namespace attnserve::testing {
+namespace attnserve::testing::bf16_kv_cache_test {
 namespace {
 
 using core::AttentionConfig;
@@ -285,4 +285,4 @@ TEST(Bf16CachedAttentionTest, CrossAttentionStepsWithinBounds) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::bf16_kv_cache_test

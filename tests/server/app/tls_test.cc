@@ -21,7 +21,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/temp_folder.h"
 
-namespace attnserve::testing {
+namespace attnserve::testing::tls_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -351,4 +351,4 @@ TEST_F(TlsTest, RewritingEveryFileInPlaceUnderLoadNeverStopsTheServer) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::tls_test

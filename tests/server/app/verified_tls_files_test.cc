@@ -19,7 +19,7 @@
 #include "server/app/tls_file_set.h"
 #include "tests/support/temp_folder.h"
 
-namespace attnserve::testing {
+namespace attnserve::testing::verified_tls_files_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -277,4 +277,4 @@ TEST_F(TlsFilesTest, AnUnwritableTmpdirIsAnErrorThatSaysWhatToSet) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::verified_tls_files_test

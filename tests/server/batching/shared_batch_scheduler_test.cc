@@ -31,7 +31,7 @@
 #include "server/batching/fake_clock.h"
 #include "tests/support/thread_names.h"
 
-namespace attnserve::batching {
+namespace attnserve::batching::shared_batch_scheduler_test {
 namespace {
 
 using ::testing::AllOf;
@@ -869,4 +869,4 @@ TEST(SharedBatchSchedulerSharingTest, AQueuesBytesAreBoundedByItsOwnLimit) {
 }
 
 }  // namespace
-}  // namespace attnserve::batching
+}  // namespace attnserve::batching::shared_batch_scheduler_test

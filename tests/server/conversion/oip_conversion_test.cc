@@ -13,7 +13,7 @@
 #include "inference/grpc_predict_v2.pb.h"
 #include "tests/server/conversion/conversion_test_support.h"
 
-namespace attnserve::testing {
+namespace attnserve::testing::oip_conversion_test {
 namespace {
 
 using server::AttendResult;
@@ -351,4 +351,4 @@ TEST(OipConversionTest, MetadataDescribesTheModel) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::oip_conversion_test

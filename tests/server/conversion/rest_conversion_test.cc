@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace attnserve::testing {
+namespace attnserve::testing::rest_conversion_test {
 namespace {
 
 using server::oip_rest::BinaryOutputs;
@@ -258,4 +258,4 @@ TEST(RestConversionTest, StatusesMapToTheProtocolsHttpCodes) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::rest_conversion_test

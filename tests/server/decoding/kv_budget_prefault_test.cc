@@ -11,7 +11,7 @@
 #include "server/decoding/kv_budget.h"
 #include "tests/server/decoding/decode_test_support.h"
 
-namespace attnserve::testing {
+namespace attnserve::testing::kv_budget_prefault_test {
 namespace {
 
 using decoding::KvBudget;
@@ -178,4 +178,4 @@ TEST(KvBudgetPrefaultTest, ANegativeAheadIsRefused) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::kv_budget_prefault_test

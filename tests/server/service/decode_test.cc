@@ -20,7 +20,7 @@
 #include "tests/server/metrics/exposition.h"
 #include "tests/server/service/server_test_support.h"
 
-namespace attnserve::testing {
+namespace attnserve::testing::decode_test {
 namespace {
 
 using Stream = grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>;
@@ -551,4 +551,4 @@ TEST_F(DecodeTest, TagsOfSessionsTheServerClosedAreFreed) {
 }
 
 }  // namespace
-}  // namespace attnserve::testing
+}  // namespace attnserve::testing::decode_test
