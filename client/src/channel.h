@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
 
 // A gRPC status as an absl::Status: the same code number, the same message.
 absl::Status FromGrpc(const grpc::Status& status);
+
+// The time since `start`, as a call's result reports its latency.
+inline std::chrono::microseconds MicrosecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               start);
+}
 
 }  // namespace attnserve::client::internal
 

@@ -20,10 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::chrono::microseconds Since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
-
 class GrpcClient final : public Client {
  public:
   GrpcClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
@@ -44,7 +40,7 @@ class GrpcClient final : public Client {
     if (!status.ok()) return internal::FromGrpc(status);
     absl::StatusOr<AttendResult> result = internal::ReadAttendResponse(response);
     if (result.ok()) {
-      result->latency = Since(start);
+      result->latency = internal::MicrosecondsSince(start);
       result->request_bytes = static_cast<int64_t>(request->ByteSizeLong());
     }
     return result;
@@ -80,7 +76,7 @@ class GrpcClient final : public Client {
                                                     ? internal::ReadAttendResponse(owned->response)
                                                     : internal::FromGrpc(status);
           if (result.ok()) {
-            result->latency = Since(owned->start);
+            result->latency = internal::MicrosecondsSince(owned->start);
             result->request_bytes = static_cast<int64_t>(owned->request.ByteSizeLong());
           }
           owned->done(std::move(result));

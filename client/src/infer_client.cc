@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::chrono::microseconds Since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
-
 class GrpcInferClient final : public InferClient {
  public:
   GrpcInferClient(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options)
@@ -39,7 +35,7 @@ class GrpcInferClient final : public InferClient {
     const grpc::Status status = stub_->ModelInfer(&context, *request, &response);
     if (!status.ok()) return internal::FromGrpc(status);
     absl::StatusOr<InferResult> result = internal::ReadModelInferResponse(response);
-    if (result.ok()) result->latency = Since(start);
+    if (result.ok()) result->latency = internal::MicrosecondsSince(start);
     return result;
   }
 
@@ -73,7 +69,8 @@ class GrpcInferClient final : public InferClient {
                                  absl::StatusOr<InferResult> result =
                                      status.ok() ? internal::ReadModelInferResponse(owned->response)
                                                  : internal::FromGrpc(status);
-                                 if (result.ok()) result->latency = Since(owned->start);
+                                 if (result.ok())
+                                   result->latency = internal::MicrosecondsSince(owned->start);
                                  owned->done(std::move(result));
                                });
   }

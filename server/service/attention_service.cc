@@ -22,8 +22,8 @@ namespace {
 
 using AttendReactor = UnaryReactor<v1::AttendResponse>;
 
-grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
-                                    const grpc::Status& status) {
+grpc::ServerUnaryReactor* FinishAttendNow(OpenCalls* open_calls, RequestMeter meter,
+                                          const grpc::Status& status) {
   return server::FinishNow<v1::AttendResponse>(open_calls, meter, status);
 }
 
@@ -144,7 +144,7 @@ grpc::ServerUnaryReactor* AttentionService::ListModels(grpc::CallbackServerConte
     FillModelInfo(*route.model, route.limits, route.is_default, info);
     AddDecodeSessions(decode_runtime_, info);
   }
-  return FinishNow(&open_calls_, meter, grpc::Status::OK);
+  return FinishAttendNow(&open_calls_, meter, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext* /*context*/,
@@ -152,10 +152,10 @@ grpc::ServerUnaryReactor* AttentionService::GetModel(grpc::CallbackServerContext
                                                      v1::ModelInfo* response) {
   const RequestMeter meter = submitter_.StartMeter(metrics::Method::kGetModel, request->name());
   absl::StatusOr<ModelRoute> route = submitter_.router().Route(request->name());
-  if (!route.ok()) return FinishNow(&open_calls_, meter, ToGrpcStatus(route.status()));
+  if (!route.ok()) return FinishAttendNow(&open_calls_, meter, ToGrpcStatus(route.status()));
   FillModelInfo(*route->model, route->limits, route->is_default, response);
   AddDecodeSessions(decode_runtime_, response);
-  return FinishNow(&open_calls_, meter, grpc::Status::OK);
+  return FinishAttendNow(&open_calls_, meter, grpc::Status::OK);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttentionService::HoldStream() {

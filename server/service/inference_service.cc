@@ -17,8 +17,8 @@ namespace {
 
 using InferReactor = UnaryReactor<inference::ModelInferResponse>;
 
-grpc::ServerUnaryReactor* FinishNow(OpenCalls* open_calls, RequestMeter meter,
-                                    const grpc::Status& status) {
+grpc::ServerUnaryReactor* FinishInferNow(OpenCalls* open_calls, RequestMeter meter,
+                                         const grpc::Status& status) {
   return server::FinishNow<inference::ModelInferResponse>(open_calls, meter, status);
 }
 
@@ -32,14 +32,14 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerConte
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
   response->set_live(true);
-  return FinishNow(open_calls_, RequestMeter(), grpc::Status::OK);
+  return FinishInferNow(open_calls_, RequestMeter(), grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* /*context*/,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
   response->set_ready(!submitter_->draining() && !submitter_->router().Routes().empty());
-  return FinishNow(open_calls_, RequestMeter(), grpc::Status::OK);
+  return FinishInferNow(open_calls_, RequestMeter(), grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* /*context*/,
@@ -49,7 +49,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
   response->set_ready(
       !submitter_->draining() && route.ok() &&
       (request->version().empty() || request->version() == absl::StrCat(route->model->version)));
-  return FinishNow(open_calls_, RequestMeter(), grpc::Status::OK);
+  return FinishInferNow(open_calls_, RequestMeter(), grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
@@ -57,7 +57,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     inference::ServerMetadataResponse* response) {
   response->set_name(identity_.name);
   response->set_version(identity_.version);
-  return FinishNow(open_calls_, RequestMeter(), grpc::Status::OK);
+  return FinishInferNow(open_calls_, RequestMeter(), grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
@@ -66,16 +66,16 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   const RequestMeter meter =
       submitter_->StartMeter(metrics::Method::kModelMetadata, request->name());
   absl::StatusOr<ModelRoute> route = submitter_->router().Route(request->name());
-  if (!route.ok()) return FinishNow(open_calls_, meter, ToGrpcStatus(route.status()));
+  if (!route.ok()) return FinishInferNow(open_calls_, meter, ToGrpcStatus(route.status()));
   if (!request->version().empty() && request->version() != absl::StrCat(route->model->version)) {
-    return FinishNow(
+    return FinishInferNow(
         open_calls_, meter,
         ToGrpcStatus(absl::NotFoundError(absl::StrCat(
             "version: expected \"", route->model->version, "\" (the serving version of model \"",
             route->model->name, "\") or \"\", got \"", EchoForMessage(request->version()), "\""))));
   }
   oip::FillModelMetadata(*route->model, response);
-  return FinishNow(open_calls_, meter, grpc::Status::OK);
+  return FinishInferNow(open_calls_, meter, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
