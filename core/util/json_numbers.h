@@ -13,6 +13,7 @@
 #ifndef ATTNSERVE_CORE_UTIL_JSON_NUMBERS_H_
 #define ATTNSERVE_CORE_UTIL_JSON_NUMBERS_H_
 
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -50,6 +51,23 @@ namespace json_numbers_internal {
 inline bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
+// Whether p[0, 8) are all ASCII digits; if so, *value = their decimal value. Eight bytes as one
+// little-endian word: a byte is a digit when its high nibble is 3 and adding 6 leaves it there;
+// then pairs, quads and the two halves are combined with one multiply-shift each.
+inline bool EightDigits(const char* p, uint64_t* value) {
+  uint64_t word;
+  std::memcpy(&word, p, sizeof word);
+  if constexpr (std::endian::native == std::endian::big) word = __builtin_bswap64(word);
+  constexpr uint64_t kHighNibbles = 0xF0F0F0F0F0F0F0F0, kThrees = 0x3333333333333333;
+  if (((word & kHighNibbles) | (((word + 0x0606060606060606) & kHighNibbles) >> 4)) != kThrees) {
+    return false;
+  }
+  word = ((word & 0x0F0F0F0F0F0F0F0F) * (1 + (10 << 8))) >> 8;            // Pairs: 10·a + b.
+  word = ((word & 0x00FF00FF00FF00FF) * (1 + (100 << 16))) >> 16;         // Quads.
+  *value = ((word & 0x0000FFFF0000FFFF) * (1 + (10000ULL << 32))) >> 32;  // The two halves.
+  return true;
+}
+
 // 10^0 .. 10^22, every one exact in a double.
 inline constexpr double kExactPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                                1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
@@ -65,21 +83,34 @@ inline size_t ReadNumber(const char* p, const char* end, double* value) {
   if (negative) ++p;
   if (p >= end || !IsDigit(*p)) return 0;
   uint64_t mantissa = 0;
-  int digits = 0;  // Digits in the mantissa, counted from the first non-zero one.
   int exponent = 0;
   bool exact = true;  // The mantissa holds every digit.
+  // A digit is taken while the mantissa has fewer than 19 significant digits (< 10^18), so that
+  // it fits 64 bits.
+  constexpr uint64_t kTakeBelow = 1'000'000'000'000'000'000;
   const auto take = [&](char digit) {
-    if (digits < 19) {
+    if (mantissa < kTakeBelow) {
       mantissa = mantissa * 10 + static_cast<uint64_t>(digit - '0');
-      if (mantissa != 0) ++digits;
       return true;
     }
     exact = false;  // A digit past the 19th: from_chars reads the number.
     return false;
   };
+  // Eight digits at once while all eight would be taken: a float's digits come in one or two
+  // such pieces, and a byte-at-a-time loop costs more than the rest of the number.
+  constexpr uint64_t kEightTakenBelow = 100'000'000'000;  // 10^11 · 10^8 + 10^8 <= 10^19.
+  const auto take_eight = [&]() {
+    uint64_t chunk = 0;
+    if (mantissa >= kEightTakenBelow || end - p < 8 || !EightDigits(p, &chunk)) return false;
+    mantissa = mantissa * 100'000'000 + chunk;
+    p += 8;
+    return true;
+  };
   if (*p == '0') {
     ++p;
   } else {
+    while (take_eight()) {
+    }
     while (p < end && IsDigit(*p)) {
       if (!take(*p)) ++exponent;
       ++p;
@@ -88,6 +119,7 @@ inline size_t ReadNumber(const char* p, const char* end, double* value) {
   if (p < end && *p == '.') {
     ++p;
     if (p >= end || !IsDigit(*p)) return 0;
+    while (take_eight()) exponent -= 8;
     while (p < end && IsDigit(*p)) {
       if (take(*p)) --exponent;
       ++p;

@@ -363,9 +363,13 @@ absl::Status PlaceJsonData(const Json& data, const Extractions& arrays, InputTen
   }
   Values values;
   if (const std::vector<double>* numbers = Extracted(data, arrays); numbers != nullptr) {
-    if (element == Element::kFloat) values.floats.reserve(numbers->size());
-    for (double number : *numbers) {
-      if (absl::Status s = AppendNumber(number, element, where, &values); !s.ok()) return s;
+    if (element == Element::kFloat) {
+      // The extraction kept only numbers within FP32's range (ParseJsonNumberArray).
+      values.floats.assign(numbers->begin(), numbers->end());
+    } else {
+      for (double number : *numbers) {
+        if (absl::Status s = AppendNumber(number, element, where, &values); !s.ok()) return s;
+      }
     }
   } else if (absl::Status s = Flatten(data, element, where, &values); !s.ok()) {
     return s;

@@ -84,6 +84,21 @@ TEST(JsonNumbersTest, WrittenFloatsReadBackBitForBit) {
   }
 }
 
+// A number ends at the first byte that is not part of it, wherever it falls in a run of eight.
+TEST(JsonNumbersTest, NumbersEndAtTheFirstOtherByte) {
+  for (const char after : {'/', ':', ',', ']', ' ', 'x', '\x80'}) {
+    for (int n = 1; n <= 12; ++n) {
+      const std::string number = "0." + std::string(n, '7');
+      const std::string text = number + after + "1234567890";
+      double value = 0;
+      EXPECT_EQ(json_numbers_internal::ReadNumber(text.data(), text.data() + text.size(), &value),
+                number.size())
+          << text;
+      EXPECT_EQ(value, std::stod(number)) << text;
+    }
+  }
+}
+
 // The fast path must read every number exactly as std::from_chars (correct rounding) does.
 TEST(JsonNumbersTest, ReadsEveryNumberAsFromCharsDoes) {
   std::mt19937_64 random(7);
@@ -107,6 +122,20 @@ TEST(JsonNumbersTest, ReadsEveryNumberAsFromCharsDoes) {
                                     "1E+2",
                                     "1e-0",
                                     "100000000000000000000000000000e-30"};
+  // Runs of 1 to 24 digits in the integer part, the fraction or both (eight are read at once while
+  // the mantissa has room for them), with leading zeros, and right at the end of the text.
+  for (const std::string digits :
+       {"123456789012345678901234", "999999999999999999999999", "000000000000000000000001"}) {
+    for (size_t n = 1; n <= digits.size(); ++n) {
+      const std::string run = digits.substr(0, n);
+      for (const std::string& text :
+           {run, "0." + run, "-" + run + "." + run, "1." + run + "e-7", run + "e5"}) {
+        if (text.size() > 1 && text[0] == '0' && text[1] != '.') continue;  // Not JSON.
+        if (text.size() > 2 && text[0] == '-' && text[1] == '0' && text[2] != '.') continue;
+        texts.push_back(text);
+      }
+    }
+  }
   std::uniform_int_distribution<uint32_t> bits32;
   std::uniform_int_distribution<uint64_t> bits64;
   for (int i = 0; i < 200000; ++i) {
