@@ -13,15 +13,21 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/kv_cache/int8_dot_kernel.h"
 #include "core/kv_cache/int8_rows.h"
+#include "core/kv_cache/row_prefetch.h"
+#include "core/kv_cache/row_softmax.h"
 #include "core/kv_cache/row_vectors.h"
-#include "core/util/exp_non_positive.h"
 #include "core/util/per_isa_clones.h"
 #include "core/util/row_max.h"
 
 namespace attnserve::core {
 namespace {
 
+using row_prefetch::PrefetchRows;
+using row_softmax::MaskAndMax;
+using row_softmax::RowOutcome;
+using row_softmax::SoftmaxRow;
 using row_vectors::Group;
 using row_vectors::HorizontalSum;
 using row_vectors::HorizontalSum4;
@@ -102,38 +108,6 @@ ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* 
   }
 }
 
-// Asks for the first rows of a segment's K (or V) at `rows` to be brought into the cache. A paged
-// row's keys sit in blocks of a few KB scattered over the pool: the hardware prefetcher restarts
-// at every block, and without this the kernel stalls on the first lines of each block (two thirds
-// of its cycles at 128 cached tokens). At most kPrefetchRows rows: past them a long segment is one
-// stream the hardware prefetcher follows, and asking for all of it at once would evict the rows
-// in use.
-template <int kLocality>
-ATTNSERVE_INLINE void PrefetchRowsTo(const void* rows, const KvSegment& seg, int64_t head_dim) {
-  constexpr int64_t kLine = 64, kPrefetchRows = 32;
-  const auto* base = static_cast<const char*>(rows);
-  const int64_t row_bytes = head_dim * ElementBytes(seg.type);
-  const int64_t ld_bytes = seg.ld * ElementBytes(seg.type);
-  for (int64_t r = 0; r < std::min(seg.count, kPrefetchRows); ++r) {
-    for (int64_t b = 0; b < row_bytes; b += kLine) {
-      __builtin_prefetch(base + r * ld_bytes + b, 0, kLocality);
-    }
-  }
-}
-
-// Locality 3 is prefetcht0 (into L1), 2 is prefetcht1 (into L2). An int8 segment's scales (one
-// line for a block of 16 keys) are asked for with its rows.
-ATTNSERVE_INLINE void PrefetchRows(const void* rows, const KvSegment& seg, int64_t head_dim,
-                                   PrefetchTarget target) {
-  const uint16_t* scales = rows == seg.k ? seg.k_scale : seg.v_scale;
-  if (target == PrefetchTarget::kL2) {
-    if (scales != nullptr) __builtin_prefetch(scales, 0, 2);
-    return PrefetchRowsTo<2>(rows, seg, head_dim);
-  }
-  if (scales != nullptr) __builtin_prefetch(scales, 0, 3);
-  PrefetchRowsTo<3>(rows, seg, head_dim);
-}
-
 // The L3's size as the kernel reports it in sysfs, or 32 MiB if it cannot be read. Not glibc's
 // sysconf(_SC_LEVEL3_CACHE_SIZE): it decodes cpuid, which a VM may fill in freely (320 MiB on
 // the 2-core development VM, whose L3 is 32 MiB).
@@ -153,51 +127,6 @@ int64_t L3CacheBytes() {
     break;
   }
   return int64_t{32} << 20;
-}
-
-// What SoftmaxRow made of a row.
-enum class RowOutcome {
-  kProbabilities,  // A softmax over the open keys.
-  kAllBlocked,     // Every key blocked: zero probabilities, the output must be zero.
-  kNoFiniteScore,  // Open keys, but all their scores NaN or -∞: the output must be NaN.
-};
-
-// Turns scores[0, limit) (scaled; -∞ for blocked keys, `open_keys` of them not blocked; their
-// maximum `max_score`, NaN scores ignored) into softmax probabilities in place and zeroes
-// scores[limit, keys). Shared by AttendRow and AttendRows so that both give a row exactly the same
-// semantics. The caller takes the maximum while it writes the scores: a separate pass would be
-// scalar (NaN semantics keep it from vectorising) and cost a decode step ~5%.
-ATTNSERVE_INLINE RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t keys, float max_score,
-                                       int64_t open_keys) {
-  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
-  std::fill(scores + limit, scores + keys, 0.0f);
-  if (max_score == kBlocked) {
-    std::fill(scores, scores + limit, 0.0f);
-    // Open keys whose scores are all NaN or -∞ (fp32 overflow in the projections or the dot
-    // products) are not a fully masked row: answering zeros would pass the forward's finiteness
-    // check with a wrong output. NaN makes it fail (OutOfRange), as an uncached forward does.
-    return open_keys > 0 ? RowOutcome::kNoFiniteScore : RowOutcome::kAllBlocked;
-  }
-  // kLanes partial sums, so that the loop vectorises without -ffast-math.
-  float lane_sum[kLanes] = {};
-  const int64_t full = limit - limit % kLanes;
-  for (int64_t j = 0; j < full; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float e = ExpNonPositive(scores[j + l] - max_score);  // 0 for blocked keys (-∞).
-      scores[j + l] = e;
-      lane_sum[l] += e;
-    }
-  }
-  for (int64_t j = full; j < limit; ++j) {
-    const float e = ExpNonPositive(scores[j] - max_score);
-    scores[j] = e;
-    lane_sum[0] += e;
-  }
-  float sum = 0.0f;
-  for (float partial : lane_sum) sum += partial;
-  const float inverse = 1.0f / sum;
-  for (int64_t j = 0; j < limit; ++j) scores[j] *= inverse;
-  return RowOutcome::kProbabilities;
 }
 
 // out[dim] += Σ probabilities[key] · V[key] over the first `limit` keys of a's segments.
@@ -247,7 +176,6 @@ template <int64_t kDim, int kG, typename T>
 ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, int64_t n,
                                    int64_t key, const Vec16 (&q)[kDim / kVecFloats], float* scores,
                                    float& max_score, int64_t& open_keys) {
-  constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const T* k = static_cast<const T*>(seg.k);
   const int64_t ld = seg.ld;
   int64_t r = 0;
@@ -263,12 +191,7 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
     scores[key + r] =
         a.scale * (HorizontalSum(DotLanes<kDim, kG>(q, k + r * ld)) * KeyScale<T>(seg, r));
   }
-  for (r = 0; r < n; ++r) {
-    const bool open = a.explicit_row == nullptr || a.explicit_row[key + r] != 0;
-    if (!open) scores[key + r] = kBlocked;
-    max_score = std::max(max_score, scores[key + r]);  // A NaN score leaves the maximum as it was.
-    open_keys += open;
-  }
+  MaskAndMax(a.explicit_row, key, n, scores, max_score, open_keys);
 }
 
 // acc += Σ p[r] · V row r over n rows of `seg`, acc in kG order; zero probabilities skipped
@@ -427,6 +350,9 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
   // The element order of the row's first segment (LoadGroup): fp32 natural, bf16 paired, int8 in
   // fours (in pairs for 32-wide heads).
   const KvElementType type = a.segments.empty() ? KvElementType::kFloat32 : a.segments[0].type;
+  if (type == KvElementType::kInt8 && a.int8_dot && AttendRowInt8Dot(a, q, probabilities, out)) {
+    return;
+  }
   const int group = type == KvElementType::kFloat32 ? 1 : type == KvElementType::kInt8 ? 4 : 2;
   switch (a.head_dim) {  // The common head widths, unrolled.
     case 32:

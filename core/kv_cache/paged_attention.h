@@ -5,7 +5,8 @@
 // For head widths 32, 64 and 128 the query and the output row stay in registers, four keys'
 // dot products share one reduction, bf16 rows are widened two elements per 32-bit lane, and int8
 // rows are widened in registers, their scale applied once per key (to the dot product, or to the
-// probability that weighs the value row).
+// probability that weighs the value row). On CPUs with AVX-512 VNNI an all-int8 row's dot products
+// are integer arithmetic instead (int8_dot_kernel.h).
 // AttendRows, for T > 1 rows of one sequence (a prefill chunk), gathers the keys once and runs
 // Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per row).
 //
@@ -61,6 +62,10 @@ struct RowAttention {
   // Where the rows are prefetched to: the forward's choice from PrefetchTargetFor. Any value gives
   // the same result.
   PrefetchTarget prefetch = PrefetchTarget::kL1;
+  // Whether a row whose segments are all int8 may take the integer dot-product kernel
+  // (int8_dot_kernel.h) on CPUs that have it. false keeps the fp32-widening kernel, which
+  // tests compare it with.
+  bool int8_dot = true;
 };
 
 // out[head_dim] = softmax(scale · q·Kᵀ, blocked keys -∞) · V, with q, the scores, the softmax and

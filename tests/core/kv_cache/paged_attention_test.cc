@@ -1,5 +1,7 @@
 // The decode kernel (AttendRow) on its own, against a naive double-precision softmax(q·Kᵀ)·V over
-// the same element values (bf16 rows widened exactly, int8 rows times their scale, also exact):
+// the same element values (bf16 rows widened exactly, int8 rows times their scale, also exact;
+// for the integer dot-product kernel of all-int8 rows, the query rounded to int16 as it reads it),
+// the portable kernel and, where the CPU has it, the integer one (int8_dot_kernel.h):
 // every head-width path (32, 64 and 128 in vector registers, 48 in the general loop), fp32, bf16
 // and int8 rows, a bf16 or int8 cache followed by one fp32
 // key (a step's own key, read in the cache's order), segments whose lengths are not multiples of
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/forward/bf16_conversion.h"
+#include "core/kv_cache/int8_dot_kernel.h"
 #include "core/kv_cache/int8_rows.h"
 #include "gtest/gtest.h"
 
@@ -116,6 +119,19 @@ std::vector<double> Reference(const std::vector<KeyRun>& runs, const std::vector
   return out;
 }
 
+// The query as the integer dot-product kernel reads it: rounded to the int16 grid whose step is
+// its largest |element| / 32767 (int8_dot_kernel.h), independently of the kernel's arithmetic.
+std::vector<float> RoundedToInt16Grid(const std::vector<float>& q) {
+  double max = 0.0;
+  for (float x : q) max = std::max(max, std::fabs(double{x}));
+  std::vector<float> rounded(q.size());
+  const double step = static_cast<float>(max / 32767.0);  // The kernel's fp32 scale.
+  for (size_t i = 0; i < q.size(); ++i) {
+    rounded[i] = static_cast<float>(std::nearbyint(q[i] * (32767.0 / max)) * step);
+  }
+  return rounded;
+}
+
 struct KernelCase {
   int64_t head_dim;
   KvElementType cache_type;
@@ -145,32 +161,43 @@ TEST_P(PagedAttentionTest, EqualsDoublePrecisionReference) {
   std::vector<uint8_t> mask(keys);
   for (int64_t j = 0; j < keys; ++j) mask[j] = j % 5 != 2;
 
-  for (const bool masked : {false, true}) {
-    for (const int64_t limit : {keys, keys - 3, int64_t{17}, int64_t{1}}) {
-      for (const PrefetchTarget prefetch : {PrefetchTarget::kL1, PrefetchTarget::kL2}) {
-        SCOPED_TRACE(::testing::Message()
-                     << "masked " << masked << ", limit " << limit << ", prefetch to L"
-                     << (prefetch == PrefetchTarget::kL1 ? 1 : 2));
-        const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
-        const RowAttention a{.segments = segments,
-                             .keys = keys,
-                             .head_dim = dim,
-                             .scale = scale,
-                             .visible_limit = limit,
-                             .explicit_row = masked ? mask.data() : nullptr,
-                             .prefetch = prefetch};
-        std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
-        AttendRow(a, q.data(), probabilities.data(), out.data());
-        const std::vector<double> expected = Reference(runs, q, scale, limit, row_mask);
-        for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[i], expected[i], 1e-5) << "element " << i;
-        double sum = 0.0;
-        for (int64_t j = 0; j < keys; ++j) {
-          if (j >= limit || (masked && mask[j] == 0)) {
-            EXPECT_EQ(probabilities[j], 0.0f) << j;
+  // The integer kernel takes rows of 64- and 128-wide heads whose keys are all int8.
+  const bool integer_kernel = core::HasInt8DotKernel() && c.cache_type == KvElementType::kInt8 &&
+                              !c.own_fp32_key && (dim == 64 || dim == 128);
+  for (const bool int8_dot : {false, true}) {
+    if (int8_dot && !integer_kernel) continue;
+    const std::vector<float> q_read = int8_dot ? RoundedToInt16Grid(q) : q;
+    for (const bool masked : {false, true}) {
+      for (const int64_t limit : {keys, keys - 3, int64_t{17}, int64_t{1}}) {
+        for (const PrefetchTarget prefetch : {PrefetchTarget::kL1, PrefetchTarget::kL2}) {
+          SCOPED_TRACE(::testing::Message()
+                       << (int8_dot ? "integer" : "portable") << " kernel, masked " << masked
+                       << ", limit " << limit << ", prefetch to L"
+                       << (prefetch == PrefetchTarget::kL1 ? 1 : 2));
+          const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
+          const RowAttention a{.segments = segments,
+                               .keys = keys,
+                               .head_dim = dim,
+                               .scale = scale,
+                               .visible_limit = limit,
+                               .explicit_row = masked ? mask.data() : nullptr,
+                               .prefetch = prefetch,
+                               .int8_dot = int8_dot};
+          std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
+          AttendRow(a, q.data(), probabilities.data(), out.data());
+          const std::vector<double> expected = Reference(runs, q_read, scale, limit, row_mask);
+          for (int64_t i = 0; i < dim; ++i) {
+            EXPECT_NEAR(out[i], expected[i], 1e-5) << "element " << i;
           }
-          sum += probabilities[j];
+          double sum = 0.0;
+          for (int64_t j = 0; j < keys; ++j) {
+            if (j >= limit || (masked && mask[j] == 0)) {
+              EXPECT_EQ(probabilities[j], 0.0f) << j;
+            }
+            sum += probabilities[j];
+          }
+          EXPECT_NEAR(sum, 1.0, 1e-5);
         }
-        EXPECT_NEAR(sum, 1.0, 1e-5);
       }
     }
   }
@@ -217,6 +244,58 @@ TEST_P(PagedAttentionTest, BlockedKeysAndFullyBlockedRows) {
   AttendRow(a, q.data(), probabilities.data(), out.data());
   for (float x : out) EXPECT_EQ(x, 0.0f);
   for (float p : probabilities) EXPECT_EQ(p, 0.0f);
+}
+
+// The integer kernel's edge cases against the portable kernel's answers: a zero query (every
+// score 0: the mean of the values), a query holding NaN or an infinity (NaN output, which the
+// forward reports), a subnormal one (too small to scale to int16), and a long row of many blocks
+// (equal up to the query's int16 rounding).
+TEST(Int8DotKernelTest, AgreesWithThePortableKernel) {
+  if (!core::HasInt8DotKernel()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (const int64_t dim : {int64_t{64}, int64_t{128}}) {
+    std::mt19937 rng(static_cast<unsigned>(dim));
+    std::vector<KeyRun> runs;
+    std::vector<KvSegment> segments;
+    for (int b = 0; b < 40; ++b) runs.push_back(MakeRun(KvElementType::kInt8, 16, dim, rng));
+    for (const KeyRun& run : runs) segments.push_back(SegmentOf(run, dim));
+    const int64_t keys = 40 * 16;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> random(dim);
+    for (float& x : random) x = normal(rng);
+    std::vector<float> with_nan = random, with_inf = random, subnormal(dim);
+    for (int64_t i = 0; i < dim; ++i) subnormal[i] = static_cast<float>(i % 3 - 1) * 1e-39f;
+    with_nan[dim / 2] = std::numeric_limits<float>::quiet_NaN();
+    with_inf[3] = -std::numeric_limits<float>::infinity();
+    for (const auto& [name, q] : {std::pair{"zero", std::vector<float>(dim, 0.0f)},
+                                  std::pair{"random", random}, std::pair{"NaN", with_nan},
+                                  std::pair{"-inf", with_inf}, std::pair{"subnormal", subnormal}}) {
+      SCOPED_TRACE(::testing::Message() << "d " << dim << ", " << name << " query");
+      std::vector<float> probabilities(keys), out(dim), portable_probabilities(keys), portable(dim);
+      RowAttention a{.segments = segments,
+                     .keys = keys,
+                     .head_dim = dim,
+                     .scale = 1.0f / std::sqrt(static_cast<float>(dim)),
+                     .visible_limit = keys};
+      AttendRow(a, q.data(), probabilities.data(), out.data());
+      a.int8_dot = false;
+      AttendRow(a, q.data(), portable_probabilities.data(), portable.data());
+      for (int64_t i = 0; i < dim; ++i) {
+        if (std::isnan(portable[i])) {
+          EXPECT_TRUE(std::isnan(out[i])) << i;
+        } else {
+          EXPECT_NEAR(out[i], portable[i], 2e-5) << i;
+        }
+      }
+      // The query's rounding moves a score by at most scale · max|q| / 65534 · Σ|k| (~4e-4 for
+      // these rows), a probability by about twice that, relatively.
+      for (int64_t j = 0; j < keys; ++j) {
+        if (std::isnan(portable_probabilities[j])) continue;
+        EXPECT_NEAR(probabilities[j], portable_probabilities[j],
+                    1e-3 * portable_probabilities[j] + 1e-9)
+            << j;
+      }
+    }
+  }
 }
 
 std::string CaseName(const ::testing::TestParamInfo<KernelCase>& param_info) {

@@ -1,0 +1,32 @@
+// AttendRow (paged_attention.h) for a row whose keys and values are all int8 (an int8 KV cache's
+// decode step), on x86 CPUs with AVX-512 BW and VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later).
+// Widening int8 to fp32 costs more instructions per value than the bf16 kernel spends, so an int8
+// cache read half the bytes of a bf16 one but decoded no faster where the rows sit in cache. Here
+// the query is rounded to int16 once per row and each key's dot product is exact integer
+// arithmetic, 32 products per instruction (vpdpwssd); the value rows are widened to fp32 with one
+// sign-extending load and one conversion per 16 values.
+//
+// The only approximation beyond the cache's own: the query's rounding to int16, at most 2^-16 of
+// its largest |element| per element. Same semantics as AttendRow otherwise (blocked keys, fully
+// blocked rows, rows with non-finite scores).
+//
+// Pure functions on caller-owned memory; thread-safe.
+#ifndef ATTNSERVE_CORE_KV_CACHE_INT8_DOT_KERNEL_H_
+#define ATTNSERVE_CORE_KV_CACHE_INT8_DOT_KERNEL_H_
+
+#include "core/kv_cache/paged_attention.h"
+
+namespace attnserve::core {
+
+// Whether this CPU has what AttendRowInt8Dot needs (AVX-512 F, BW, VL and VNNI). Read once.
+bool HasInt8DotKernel();
+
+// Computes AttendRow(a, q, probabilities, out) and returns true when it applies: the CPU has the
+// instructions, head_dim is 64 or 128, every segment is int8, and q is finite with its largest
+// |element| zero or normal. Otherwise returns false having written nothing (the caller runs the
+// portable kernel).
+bool AttendRowInt8Dot(const RowAttention& a, const float* q, float* probabilities, float* out);
+
+}  // namespace attnserve::core
+
+#endif  // ATTNSERVE_CORE_KV_CACHE_INT8_DOT_KERNEL_H_
