@@ -130,14 +130,9 @@ HttpReply RestService::Infer(std::string_view name, std::string_view version, st
           completion->Set(ErrorReply(result.status()), result.status());
           return;
         }
-        absl::StatusOr<oip_rest::RestBody> answer = infer->Answer(work, *result);
-        if (!answer.ok()) {
-          completion->Set(ErrorReply(answer.status()), answer.status());
-          return;
-        }
-        HttpReply reply{.body = std::move(answer->bytes), .json_length = answer->json_length};
-        if (reply.json_length) reply.content_type = "application/octet-stream";
-        completion->Set(std::move(reply), absl::OkStatus());
+        // The body is written by this call's thread, after Wait: not on the batch thread.
+        const absl::Status answered = infer->Answer(work, *result);
+        completion->Set(answered.ok() ? HttpReply{} : ErrorReply(answered), answered);
       });
   if (!scheduled.ok()) {
     spdlog::debug("REST infer model={} id={} rejected: {}", EchoForMessage(name),
@@ -145,6 +140,12 @@ HttpReply RestService::Infer(std::string_view name, std::string_view version, st
     return fail(scheduled);
   }
   auto [reply, status] = completion->Wait();
+  if (status.ok()) {
+    absl::StatusOr<oip_rest::RestBody> answer = infer->Body();
+    if (!answer.ok()) return fail(answer.status());
+    reply = {.body = std::move(answer->bytes), .json_length = answer->json_length};
+    if (reply.json_length) reply.content_type = "application/octet-stream";
+  }
   meter.Record(MeteredCode(status));
   return std::move(reply);
 }

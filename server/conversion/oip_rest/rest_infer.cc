@@ -11,6 +11,7 @@ struct RestInfer::Impl {
   inference::ModelInferRequest request;
   BinaryOutputs binary;
   oip::InferAnswer answer;
+  inference::ModelInferResponse response;  // Answer's, for Body.
 };
 
 RestInfer::RestInfer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -39,14 +40,12 @@ absl::StatusOr<AttendWork> RestInfer::ToWork(const ModelRoute& route) {
   return oip::ParseModelInferRequest(&impl_->request, route.model, route.limits, &impl_->answer);
 }
 
-absl::StatusOr<RestBody> RestInfer::Answer(const AttendWork& work,
-                                           const AttendResult& result) const {
-  inference::ModelInferResponse response;
-  if (absl::Status s = oip::FillModelInferResponse(work, result, impl_->answer, &response);
-      !s.ok()) {
-    return s;
-  }
-  return WriteInferResponse(response, impl_->binary);
+absl::Status RestInfer::Answer(const AttendWork& work, const AttendResult& result) {
+  return oip::FillModelInferResponse(work, result, impl_->answer, &impl_->response);
+}
+
+absl::StatusOr<RestBody> RestInfer::Body() const {
+  return WriteInferResponse(impl_->response, impl_->binary);
 }
 
 const std::string& RestInfer::id() const { return impl_->request.id(); }

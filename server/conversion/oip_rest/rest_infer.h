@@ -3,7 +3,8 @@
 // was routed to (oip::ParseModelInferRequest, exactly as gRPC's ModelInfer), and the answer in
 // REST form. Also the metadata endpoints' bodies.
 //
-// Not thread-safe: one call at a time (Answer may run on another thread than Parse, after it).
+// Not thread-safe: one call at a time (Answer may run on another thread than Parse and Body,
+// between them).
 #ifndef ATTNSERVE_SERVER_CONVERSION_OIP_REST_REST_INFER_H_
 #define ATTNSERVE_SERVER_CONVERSION_OIP_REST_REST_INFER_H_
 
@@ -35,8 +36,13 @@ class RestInfer {
   // The work for `route`'s model: oip::ParseModelInferRequest's checks and errors. Moves the
   // tensors' data: call once.
   absl::StatusOr<AttendWork> ToWork(const ModelRoute& route);
-  // The answer body for `result`, the answer to `work`. Internal if it does not fit the work.
-  absl::StatusOr<RestBody> Answer(const AttendWork& work, const AttendResult& result) const;
+  // Keeps `result`, the answer to `work`, in the protocol's response form (the tensors' bytes
+  // copied, nothing formatted): what a batch thread does. Internal if it does not fit the work.
+  // Call once, after ToWork.
+  absl::Status Answer(const AttendWork& work, const AttendResult& result);
+  // The kept answer's body (JSON numbers are formatted here: ~25 ns each, which the HTTP thread
+  // waiting for the answer spends rather than the batch thread). Call after Answer succeeded.
+  absl::StatusOr<RestBody> Body() const;
   // The request's id ("" when none).
   const std::string& id() const;
 
