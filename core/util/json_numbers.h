@@ -3,7 +3,7 @@
 // strtod. Written once here for the server's REST conversion and the CLI's REST client.
 //
 // AppendJsonFloats writes FP32 values in their shortest form that reads back as the same value
-// (std::to_chars; -0 as "-0.0", since "-0" reads as the integer 0). ParseJsonNumberArray reads a
+// (WriteFloatText; -0 as "-0.0", since "-0" reads as the integer 0). ParseJsonNumberArray reads a
 // (possibly nested) array of JSON numbers, each read as a double (std::from_chars, correctly
 // rounded), so that rounding it to FP32 afterwards is what json.loads then numpy.float32 do.
 // ExtractJsonNumberArrays lifts every such array that is the value of a given key out of a JSON
@@ -23,15 +23,16 @@
 #include <string_view>
 #include <vector>
 
+#include "core/util/float_to_text.h"
+
 namespace attnserve {
 
 // Appends `values` as a JSON array to *out.
 inline void AppendJsonFloats(std::span<const float> values, std::string* out) {
   const size_t start = out->size();
-  // A float's shortest form has at most 15 characters; one more for the separator.
-  out->resize(start + 2 + values.size() * 16);
+  // One more character than a number's most for the separator.
+  out->resize(start + 2 + values.size() * (kMaxFloatTextChars + 1));
   char* cursor = out->data() + start;
-  char* const end = out->data() + out->size();
   *cursor++ = '[';
   for (size_t i = 0; i < values.size(); ++i) {
     if (i > 0) *cursor++ = ',';
@@ -40,7 +41,7 @@ inline void AppendJsonFloats(std::span<const float> values, std::string* out) {
       cursor += 4;
       continue;
     }
-    cursor = std::to_chars(cursor, end, values[i]).ptr;
+    cursor = WriteFloatText(values[i], cursor);
   }
   *cursor++ = ']';
   out->resize(static_cast<size_t>(cursor - out->data()));
