@@ -21,16 +21,11 @@ inline uint16_t RoundBf16(float value) {
 
 }  // namespace
 
-// The reductions keep kLanes independent partial results (one AVX-512 vector) so that the
-// compiler vectorises them without -ffast-math; `#pragma omp simd reduction` did the same on paper
-// but GCC 12 kept the partial sums in memory and ran 1.7x slower than oneDNN's softmax.
-constexpr int64_t kLanes = 16;
-
+// The exponentials and their sum: ExpShiftedSum, shared with the decode kernels' softmax.
 ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int64_t keys,
                                                   const RowMask& mask,
                                                   uint16_t* __restrict bf16_out) {
   const int64_t limit = std::clamp<int64_t>(mask.visible_limit, 0, keys);
-  const int64_t full = limit - limit % kLanes;  // Keys handled kLanes at a time.
   const uint8_t* explicit_row = mask.explicit_row;
   int64_t visible = limit;
   if (explicit_row != nullptr) {
@@ -51,23 +46,7 @@ ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int6
   }
 
   const float max_score = RowMax(scores, limit);
-
-  float lane_sum[kLanes] = {};
-  for (int64_t j = 0; j < full; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float e = ExpNonPositive(scores[j + l] - max_score);
-      scores[j + l] = e;
-      lane_sum[l] += e;
-    }
-  }
-  for (int64_t j = full; j < limit; ++j) {
-    const float e = ExpNonPositive(scores[j] - max_score);
-    scores[j] = e;
-    lane_sum[0] += e;
-  }
-  float sum = 0.0f;
-  for (float partial : lane_sum) sum += partial;
-
+  const float sum = ExpShiftedSum(scores, limit, max_score);
   const float inverse = 1.0f / sum;
   if (bf16_out != nullptr) {
     for (int64_t j = 0; j < limit; ++j) bf16_out[j] = RoundBf16(scores[j] * inverse);

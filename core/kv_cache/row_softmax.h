@@ -29,8 +29,6 @@ enum class RowOutcome {
 [[gnu::always_inline]] inline RowOutcome SoftmaxRow(float* scores, int64_t limit, int64_t keys,
                                                     float max_score, int64_t open_keys) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
-  // Partial sums in 16 lanes, so that the loop vectorises without -ffast-math.
-  constexpr int64_t kLanes = 16;
   std::fill(scores + limit, scores + keys, 0.0f);
   if (max_score == kBlocked) {
     std::fill(scores, scores + limit, 0.0f);
@@ -39,22 +37,8 @@ enum class RowOutcome {
     // check with a wrong output. NaN makes it fail (OutOfRange), as an uncached forward does.
     return open_keys > 0 ? RowOutcome::kNoFiniteScore : RowOutcome::kAllBlocked;
   }
-  float lane_sum[kLanes] = {};
-  const int64_t full = limit - limit % kLanes;
-  for (int64_t j = 0; j < full; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float e = ExpNonPositive(scores[j + l] - max_score);  // 0 for blocked keys (-∞).
-      scores[j + l] = e;
-      lane_sum[l] += e;
-    }
-  }
-  for (int64_t j = full; j < limit; ++j) {
-    const float e = ExpNonPositive(scores[j] - max_score);
-    scores[j] = e;
-    lane_sum[0] += e;
-  }
-  float sum = 0.0f;
-  for (float partial : lane_sum) sum += partial;
+  // 0 for blocked keys (-∞).
+  const float sum = ExpShiftedSum(scores, limit, max_score);
   const float inverse = 1.0f / sum;
   for (int64_t j = 0; j < limit; ++j) scores[j] *= inverse;
   return RowOutcome::kProbabilities;
