@@ -12,6 +12,7 @@
 #include "attnserve/version.h"
 #include "core/forward/attention_config.h"
 #include "core/forward/onednn_support.h"
+#include "core/kv_cache/int8_dot_kernel.h"
 #include "server/app/tls_credentials.h"
 #include "server/runtime/compute_budget.h"
 #include "spdlog/spdlog.h"
@@ -93,9 +94,13 @@ void LogStartupSummary(Server& server, const ServerOptions& options) {
         limits.batching.max_queue_delay_us, limits.batching.max_queue_size,
         limits.batching.max_queued_bytes);
   }
-  spdlog::info("oneDNN {} ISA {}; OpenMP OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
-               core::OneDnnVersion(), core::OneDnnIsa(), EnvOr("OMP_WAIT_POLICY", "(unset)"),
-               EnvOr("GOMP_SPINCOUNT", "(unset)"));
+  // Which decode kernel an int8 KV cache gets: its speed depends on it (docs/PERFORMANCE.md).
+  spdlog::info(
+      "oneDNN {} ISA {}; int8 KV cache kernel: {}; OpenMP OMP_WAIT_POLICY={} GOMP_SPINCOUNT={}",
+      core::OneDnnVersion(), core::OneDnnIsa(),
+      core::HasInt8DotKernel() ? "integer dot products (AVX-512 VNNI)"
+                               : "fp32 widening (no AVX-512 VNNI)",
+      EnvOr("OMP_WAIT_POLICY", "(unset)"), EnvOr("GOMP_SPINCOUNT", "(unset)"));
   spdlog::info(
       "threads: {} core(s) available; {} compute thread(s) shared by all batches and decoding "
       "iterations (a batch under "

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "core/kv_cache/int8_dot_kernel.h"
 #include "nlohmann/json.hpp"
 #include "tests/server/service/async_call.h"
 #include "tests/support/child_process.h"
@@ -157,6 +158,9 @@ TEST_F(AttnserveBinaryTest, StartupSummaryDescribesTheDemoModelAndTheMachine) {
   EXPECT_THAT(output, HasSubstr("parameters=1050624"));
   EXPECT_THAT(output, HasSubstr("max_batch_sequences=64"));
   EXPECT_THAT(output, HasSubstr("oneDNN 2."));
+  EXPECT_THAT(output, HasSubstr(attnserve::core::HasInt8DotKernel()
+                                    ? "int8 KV cache kernel: integer dot products (AVX-512 VNNI)"
+                                    : "int8 KV cache kernel: fp32 widening (no AVX-512 VNNI)"));
   EXPECT_THAT(output, HasSubstr("1 compute thread(s) shared by all batches"));
   // No repository folder: the summary says the embedded demo serves for want of one.
   EXPECT_THAT(output, HasSubstr("1 model(s) serving: no repository folder"));
