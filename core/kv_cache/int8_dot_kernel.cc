@@ -151,6 +151,9 @@ ATTNSERVE_INT8_DOT_TARGET inline void AddSegmentValues(const KvSegment& seg, int
   }
 }
 
+// AttendRow for an all-int8 row of a kDim-wide head, as the portable kernel structures it (scores
+// segment by segment with prefetches two segments ahead, the shared softmax, then the values).
+// False, with nothing written, for a query QuantizeQuery refuses.
 template <int64_t kDim>
 ATTNSERVE_INT8_DOT_TARGET bool AttendRowDim(const RowAttention& a, const float* q_row,
                                             float* probabilities, float* out) {
