@@ -52,22 +52,34 @@ namespace json_numbers_internal {
 inline bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-// Whether p[0, 8) are all ASCII digits; if so, *value = their decimal value. Eight bytes as one
-// little-endian word: a byte is a digit when its high nibble is 3 and adding 6 leaves it there;
-// then pairs, quads and the two halves are combined with one multiply-shift each.
-inline bool EightDigits(const char* p, uint64_t* value) {
+// The ASCII digits that start p[0, 8) (all eight bytes readable): their count n (0 to 8), and
+// their value in *value. Eight bytes as one little-endian word: a byte is a digit when its high
+// nibble is 3 and adding 6 leaves it there (a carry out of a byte only reaches the bytes after it,
+// past the first non-digit). The n digits are shifted to the top of the word, the bytes below them
+// reading as zeros, then pairs, quads and the two halves are combined with one multiply-shift each.
+// No branch per digit: numbers end at varying digits, which a byte-at-a-time loop mispredicts.
+inline int LeadingDigits(const char* p, uint64_t* value) {
   uint64_t word;
   std::memcpy(&word, p, sizeof word);
   if constexpr (std::endian::native == std::endian::big) word = __builtin_bswap64(word);
   constexpr uint64_t kHighNibbles = 0xF0F0F0F0F0F0F0F0, kThrees = 0x3333333333333333;
-  if (((word & kHighNibbles) | (((word + 0x0606060606060606) & kHighNibbles) >> 4)) != kThrees) {
-    return false;
+  const uint64_t not_digit =
+      ((word & kHighNibbles) | (((word + 0x0606060606060606) & kHighNibbles) >> 4)) ^ kThrees;
+  const int n = not_digit == 0 ? 8 : std::countr_zero(not_digit) / 8;
+  if (n == 0) {
+    *value = 0;
+    return 0;
   }
-  word = ((word & 0x0F0F0F0F0F0F0F0F) * (1 + (10 << 8))) >> 8;            // Pairs: 10·a + b.
-  word = ((word & 0x00FF00FF00FF00FF) * (1 + (100 << 16))) >> 16;         // Quads.
-  *value = ((word & 0x0000FFFF0000FFFF) * (1 + (10000ULL << 32))) >> 32;  // The two halves.
-  return true;
+  word = (word & 0x0F0F0F0F0F0F0F0F) << (8 * (8 - n));
+  word = (word * (1 + (10 << 8))) >> 8;
+  word = ((word & 0x00FF00FF00FF00FF) * (1 + (100 << 16))) >> 16;
+  *value = ((word & 0x0000FFFF0000FFFF) * (1 + (10000ULL << 32))) >> 32;
+  return n;
 }
+
+// 10^0 .. 10^8 as integers.
+inline constexpr uint64_t kTenTo[] = {1,      10,      100,      1000,     10000,
+                                      100000, 1000000, 10000000, 100000000};
 
 // 10^0 .. 10^22, every one exact in a double.
 inline constexpr double kExactPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
@@ -97,21 +109,25 @@ inline size_t ReadNumber(const char* p, const char* end, double* value) {
     exact = false;  // A digit past the 19th: from_chars reads the number.
     return false;
   };
-  // Eight digits at once while all eight would be taken: a float's digits come in one or two
-  // such pieces, and a byte-at-a-time loop costs more than the rest of the number.
-  constexpr uint64_t kEightTakenBelow = 100'000'000'000;  // 10^11 · 10^8 + 10^8 <= 10^19.
-  const auto take_eight = [&]() {
-    uint64_t chunk = 0;
-    if (mantissa >= kEightTakenBelow || end - p < 8 || !EightDigits(p, &chunk)) return false;
-    mantissa = mantissa * 100'000'000 + chunk;
-    p += 8;
-    return true;
+  // Up to eight digits at once while they would all be taken (a float's digits come in one or
+  // two such runs); returns how many. The rest, one at a time.
+  constexpr uint64_t kRunTakenBelow = 100'000'000'000;  // 10^11 · 10^8 + 10^8 <= 10^19.
+  const auto take_runs = [&]() {
+    int taken = 0;
+    while (mantissa < kRunTakenBelow && end - p >= 8) {
+      uint64_t chunk = 0;
+      const int n = LeadingDigits(p, &chunk);
+      mantissa = mantissa * kTenTo[n] + chunk;
+      p += n;
+      taken += n;
+      if (n < 8) break;
+    }
+    return taken;
   };
   if (*p == '0') {
     ++p;
   } else {
-    while (take_eight()) {
-    }
+    take_runs();
     while (p < end && IsDigit(*p)) {
       if (!take(*p)) ++exponent;
       ++p;
@@ -120,7 +136,7 @@ inline size_t ReadNumber(const char* p, const char* end, double* value) {
   if (p < end && *p == '.') {
     ++p;
     if (p >= end || !IsDigit(*p)) return 0;
-    while (take_eight()) exponent -= 8;
+    exponent -= take_runs();
     while (p < end && IsDigit(*p)) {
       if (take(*p)) --exponent;
       ++p;
