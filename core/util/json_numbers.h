@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/util/float_to_text.h"
+#include "core/util/powers_of_ten.h"
 
 namespace attnserve {
 
@@ -77,15 +78,6 @@ inline int LeadingDigits(const char* p, uint64_t* value) {
   return n;
 }
 
-// 10^0 .. 10^8 as integers.
-inline constexpr uint64_t kTenTo[] = {1,      10,      100,      1000,     10000,
-                                      100000, 1000000, 10000000, 100000000};
-
-// 10^0 .. 10^22, every one exact in a double.
-inline constexpr double kExactPowersOfTen[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
 // Reads the JSON number (RFC 8259's grammar) at the start of [p, end) into *value, correctly
 // rounded; returns its length, or 0 if none starts there. Most numbers take Clinger's fast path:
 // with at most 2^53 in its digits and a power of ten up to 10^22, both are exact doubles and one
@@ -117,7 +109,7 @@ inline size_t ReadNumber(const char* p, const char* end, double* value) {
     while (mantissa < kRunTakenBelow && end - p >= 8) {
       uint64_t chunk = 0;
       const int n = LeadingDigits(p, &chunk);
-      mantissa = mantissa * kTenTo[n] + chunk;
+      mantissa = mantissa * kIntegerPowersOfTen[n] + chunk;
       p += n;
       taken += n;
       if (n < 8) break;
@@ -157,8 +149,7 @@ inline size_t ReadNumber(const char* p, const char* end, double* value) {
   const size_t length = static_cast<size_t>(p - start);
   if (exact && mantissa <= (uint64_t{1} << 53) && exponent >= -22 && exponent <= 22) {
     const double m = static_cast<double>(mantissa);
-    const double magnitude =
-        exponent < 0 ? m / kExactPowersOfTen[-exponent] : m * kExactPowersOfTen[exponent];
+    const double magnitude = exponent < 0 ? m / PowerOfTen(-exponent) : m * PowerOfTen(exponent);
     *value = negative ? -magnitude : magnitude;
     return length;
   }
