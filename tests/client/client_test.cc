@@ -205,8 +205,10 @@ TEST_F(ClientTest, AsyncCallbackAndFutureGiveTheCoresAnswer) {
   ASSERT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(60)));
   ASSERT_TRUE(from_future.ok()) << from_future.status();
   ASSERT_TRUE(from_callback.ok()) << from_callback.status();
+  // Not bit for bit with each other: the two may share a batch or not, and oneDNN's gemm on
+  // AVX2 may sum in another order for another row count.
   EXPECT_TRUE(Near(from_future->output.data, Expected(kSingleModel, input)));
-  EXPECT_EQ(from_callback->output.data, from_future->output.data);
+  EXPECT_TRUE(Near(from_callback->output.data, Expected(kSingleModel, input)));
 }
 
 TEST_F(ClientTest, ASessionAnswersEveryRequestAndKeepsGoingAfterABadOne) {

@@ -49,7 +49,15 @@ TEST(FirstRowPieceTest, PiecesSumToTheRowsAndComeFromTheFixedSet) {
   EXPECT_EQ(FirstRowPiece(5000), 4096);
 }
 
-class ProjectionRunnerTest : public ::testing::TestWithParam<dt> {};
+class ProjectionRunnerTest : public ::testing::TestWithParam<dt> {
+ protected:
+  void SetUp() override {
+    // Below avx512_core oneDNN 2.6 has no bf16 matmul at all (layers refuse bf16 there).
+    if (GetParam() == dt::bf16 && !HasBf16Kernels()) {
+      GTEST_SKIP() << "no bf16 kernels on " << OneDnnIsa();
+    }
+  }
+};
 
 TEST_P(ProjectionRunnerTest, MatchesADoubleProductForEveryPieceSplit) {
   constexpr int64_t kK = 48, kN = 40, kMaxRows = 1100;
