@@ -8,9 +8,11 @@
 
 namespace attnserve::core {
 
+namespace {
+
 // Compiled per ISA level: it reads every input and output float of a forward (8 MiB for a batch
 // of 4,096 rows of 512), and SSE2 tests 4 of them per instruction where AVX-512 tests 16.
-ATTNSERVE_PER_ISA_CLONES int64_t FindNonFinite(std::span<const float> values) {
+ATTNSERVE_PER_ISA_CLONES int64_t FindNonFiniteClones(std::span<const float> values) {
   constexpr size_t kBlock = 1024;
   constexpr uint32_t kExponent = 0x7f800000u;  // All ones: ±∞ or NaN.
   for (size_t begin = 0; begin < values.size(); begin += kBlock) {
@@ -28,5 +30,9 @@ ATTNSERVE_PER_ISA_CLONES int64_t FindNonFinite(std::span<const float> values) {
   }
   return -1;
 }
+
+}  // namespace
+
+int64_t FindNonFinite(std::span<const float> values) { return FindNonFiniteClones(values); }
 
 }  // namespace attnserve::core

@@ -19,12 +19,10 @@ inline uint16_t RoundBf16(float value) {
   return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
-}  // namespace
-
 // The exponentials and their sum: ExpShiftedSum, shared with the decode kernels' softmax.
-ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int64_t keys,
-                                                  const RowMask& mask,
-                                                  uint16_t* __restrict bf16_out) {
+ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRowClones(float* __restrict scores, int64_t keys,
+                                                        const RowMask& mask,
+                                                        uint16_t* __restrict bf16_out) {
   const int64_t limit = std::clamp<int64_t>(mask.visible_limit, 0, keys);
   const uint8_t* explicit_row = mask.explicit_row;
   int64_t visible = limit;
@@ -56,6 +54,13 @@ ATTNSERVE_PER_ISA_CLONES int64_t MaskedSoftmaxRow(float* __restrict scores, int6
     std::fill(scores + limit, scores + keys, 0.0f);
   }
   return visible;
+}
+
+}  // namespace
+
+int64_t MaskedSoftmaxRow(float* __restrict scores, int64_t keys, const RowMask& mask,
+                         uint16_t* __restrict bf16_out) {
+  return MaskedSoftmaxRowClones(scores, keys, mask, bf16_out);
 }
 
 }  // namespace attnserve::core

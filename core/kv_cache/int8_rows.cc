@@ -17,10 +17,9 @@ uint16_t RoundUpToBf16(float x) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-}  // namespace
-
 // Per ISA level: the max and the scaling loop vectorise (a token's rows are written once per step).
-ATTNSERVE_PER_ISA_CLONES uint16_t QuantizeInt8Row(const float* src, int64_t count, int8_t* dst) {
+ATTNSERVE_PER_ISA_CLONES uint16_t QuantizeInt8RowClones(const float* src, int64_t count,
+                                                        int8_t* dst) {
   float max_abs = 0.0f;
   bool finite = true;
   for (int64_t i = 0; i < count; ++i) {
@@ -41,10 +40,20 @@ ATTNSERVE_PER_ISA_CLONES uint16_t QuantizeInt8Row(const float* src, int64_t coun
   return scale;
 }
 
-ATTNSERVE_PER_ISA_CLONES void DequantizeInt8Row(const int8_t* src, uint16_t scale, int64_t count,
-                                                float* dst) {
+ATTNSERVE_PER_ISA_CLONES void DequantizeInt8RowClones(const int8_t* src, uint16_t scale,
+                                                      int64_t count, float* dst) {
   const float s = Int8Scale(scale);
   for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]) * s;
+}
+
+}  // namespace
+
+uint16_t QuantizeInt8Row(const float* src, int64_t count, int8_t* dst) {
+  return QuantizeInt8RowClones(src, count, dst);
+}
+
+void DequantizeInt8Row(const int8_t* src, uint16_t scale, int64_t count, float* dst) {
+  DequantizeInt8RowClones(src, scale, count, dst);
 }
 
 }  // namespace attnserve::core

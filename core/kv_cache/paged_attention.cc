@@ -337,16 +337,9 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
 
 #undef ATTNSERVE_INLINE
 
-}  // namespace
-
-PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
-  static const int64_t l3_bytes = L3CacheBytes();
-  return kv_bytes > l3_bytes ? PrefetchTarget::kL2 : PrefetchTarget::kL1;
-}
-
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
-ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, float* probabilities,
-                                        float* out) {
+ATTNSERVE_PER_ISA_CLONES void AttendRowClones(const RowAttention& a, const float* q,
+                                              float* probabilities, float* out) {
   // The element order of the row's first segment (LoadGroup): fp32 natural, bf16 paired, int8 in
   // fours (in pairs for 32-wide heads).
   const KvElementType type = a.segments.empty() ? KvElementType::kFloat32 : a.segments[0].type;
@@ -413,9 +406,10 @@ ATTNSERVE_PER_ISA_CLONES void AttendRow(const RowAttention& a, const float* q, f
 }
 
 // Compiled per ISA level: the mask, softmax and gather loops around the GEMMs vectorise.
-ATTNSERVE_PER_ISA_CLONES bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step,
-                                         const float* q, int64_t q_ld, float* probabilities,
-                                         float* out, int64_t out_ld, RowsScratch scratch) {
+ATTNSERVE_PER_ISA_CLONES bool AttendRowsClones(const RowAttention& a, int64_t rows,
+                                               int64_t limit_step, const float* q, int64_t q_ld,
+                                               float* probabilities, float* out, int64_t out_ld,
+                                               RowsScratch scratch) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   const int64_t keys = a.keys, dk = a.head_dim;
   GatherKeys(a.segments, dk, scratch.k, scratch.v);
@@ -457,6 +451,23 @@ ATTNSERVE_PER_ISA_CLONES bool AttendRows(const RowAttention& a, int64_t rows, in
     }
   }
   return true;
+}
+
+}  // namespace
+
+PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
+  static const int64_t l3_bytes = L3CacheBytes();
+  return kv_bytes > l3_bytes ? PrefetchTarget::kL2 : PrefetchTarget::kL1;
+}
+
+void AttendRow(const RowAttention& a, const float* q, float* probabilities, float* out) {
+  AttendRowClones(a, q, probabilities, out);
+}
+
+bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step, const float* q,
+                int64_t q_ld, float* probabilities, float* out, int64_t out_ld,
+                RowsScratch scratch) {
+  return AttendRowsClones(a, rows, limit_step, q, q_ld, probabilities, out, out_ld, scratch);
 }
 
 }  // namespace attnserve::core

@@ -5,6 +5,13 @@
 // exp-bound only reach the machine's speed on its full vector width. ThreadSanitizer instruments
 // the clone resolver, which the dynamic loader runs before the TSan runtime exists (it crashed
 // test discovery), so TSan builds keep the single baseline version.
+//
+// Put it only on internal functions with no earlier declaration, and let the public function (the
+// one its header declares) call the clones: Clang 14 compiles a target_clones function that was
+// declared before without the attribute as one AVX-512 function with no dispatch (SIGILL on AVX2
+// CPUs), and its calls from other files to a declaration that carries the attribute go to the
+// resolver instead of a clone. GCC handles both; tests/layering checks that no header names a
+// cloned function.
 #ifndef ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
 #define ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
 
