@@ -2,15 +2,12 @@
 # The server's CPU per Decode step message and where it goes: starts attnserve (embedded demo model,
 # d_model 512, 8 heads) on a free loopback port and runs attnserve_decode_service_cpu against it:
 # one stream, SESSIONS sessions of CONTEXT prompt rows, then MESSAGES messages of SESSIONS one-row
-# steps, one in flight at a time; it prints the server's CPU per message by thread name. With PERF=1
-# the server is also sampled by `perf record` for PERF_S seconds of the measured run, and the top
-# threads/objects and symbols are printed (needs `perf`, Debian package linux-perf: present on the
-# dev machine, not installed by deploy/install-deps.sh, since nothing in CI runs it).
+# steps, one in flight at a time; it prints the server's CPU per message by thread name.
+# `LOAD=decode tests/benchmarks/profile_server.sh` profiles the server under the same load.
 #
 # Usage: tests/benchmarks/run_decode_service_cpu.sh [BUILD_DIR]
 #   Environment: MESSAGES (2000), SESSIONS (64), CONTEXT (128), ROUND (32: step messages between
-#   reopening the sessions), PERF (0), PERF_S (10), and
-#   server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
+#   reopening the sessions), and server_bench_lib.sh's SERVER_FLAGS, QUIET_WAIT_S, KEEP_LOGS.
 set -euo pipefail
 bench_name=run_decode_service_cpu.sh
 # shellcheck source=tests/benchmarks/server_bench_lib.sh
@@ -27,18 +24,5 @@ start_server "${work}/server.log" --metrics-off
 load=("${load_bin}" --target "127.0.0.1:${port}" --server-pid "${server_pid}"
       --messages "${MESSAGES:-2000}" --sessions "${SESSIONS:-64}" --context "${CONTEXT:-128}"
       --round "${ROUND:-32}")
-if [[ "${PERF:-0}" == 1 ]]; then
-  "${load[@]}" &
-  load_pid=$!
-  sleep 3 # Past the prompts and the warm-up.
-  perf record -F 999 -g -p "${server_pid}" -o "${work}/perf.data" -- sleep "${PERF_S:-10}" \
-    2>/dev/null
-  wait "${load_pid}"
-  perf report -i "${work}/perf.data" --no-children --sort comm,dso --stdio -g none 2>/dev/null |
-    grep -v '^#' | grep -v '^$' | head -25
-  perf report -i "${work}/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
-    grep -v "^#" | grep -v "^$" | head -"${PERF_TOP:-40}"
-else
-  "${load[@]}"
-fi
+"${load[@]}"
 stop_server

@@ -2,9 +2,9 @@
 # `set -euo pipefail` with bench_name set. Provides build_dir/server_bin/cli_bin/offline_bin
 # (checked), the temporary folder ${work} (removed on exit unless KEEP_LOGS=1),
 # start_server/stop_server, scenario NAME "SERVER FLAGS" BENCH FLAGS... (one server, one measured
-# `attnserve-cli bench` run, result in ${work}/NAME.json) and offline NAME FLAGS... (the core
-# alone, attnserve_offline_bench). Servers get --metrics-address 127.0.0.1:0 unless their flags
-# set it; the flag --metrics-off means --metrics-address "".
+# `attnserve-cli bench` run, result in ${work}/NAME.json), offline NAME FLAGS... (the core alone,
+# attnserve_offline_bench) and record_profile/print_profile (perf). Servers get --metrics-address
+# 127.0.0.1:0 unless their flags set it; the flag --metrics-off means --metrics-address "".
 # Environment: DURATION_S, OFFLINE_S, QUIET_WAIT_S, SERVER_FLAGS, LOAD_FLAGS, KEEP_LOGS (see the
 # scripts' headers).
 # shellcheck shell=bash
@@ -161,6 +161,25 @@ stop_server() {
     log "ERROR: attnserve exited with ${rc} after SIGTERM"
     exit 1
   fi
+}
+
+# record_profile SECONDS: samples the running server's call stacks with `perf record -g` (999 Hz,
+# every thread) for SECONDS into ${work}/perf.data. Needs `perf` (Debian's linux-perf).
+record_profile() {
+  perf record -F 999 -g -p "${server_pid}" -o "${work}/perf.data" -- sleep "$1" 2>/dev/null
+}
+
+# print_profile: ${work}/perf.data as a table of the samples' shares by thread (rows) and by the
+# code they ran (columns: oneDNN's JIT kernels and library, attnserve's own code, gRPC with
+# protobuf and abseil, libc/libstdc++/libgomp, the kernel), then the PERF_TOP (30) hottest symbols
+# (profile_table.py).
+print_profile() {
+  perf report -i "${work}/perf.data" --no-children --sort comm,dso --stdio -g none -t ';' \
+    2>/dev/null | python3 "${repo_root}/tests/benchmarks/profile_table.py"
+  echo
+  perf report -i "${work}/perf.data" --no-children --sort comm,dso,sym --stdio -g none -t ';' \
+    2>/dev/null |
+    python3 "${repo_root}/tests/benchmarks/profile_table.py" --symbols "${PERF_TOP:-30}"
 }
 
 # scenario NAME "SERVER FLAGS" BENCH FLAGS...: one server, one measured run of attnserve-cli bench
