@@ -5,6 +5,12 @@
 //   BM_DecodeBatched      64 sequences with 128 cached tokens each: one decode step of all 64 in
 //                         one CachedAttentionExecutor::Forward (M = 64 for the projections);
 //                         P:2048, the same with 2048 each (268 MB of bf16 K/V, 139 MB int8).
+//   BM_DecodePaused       BM_DecodeBatched's B:64/P:128 step with the cores left idle for pause_us
+//                         after each (untimed): 1300 is a one-client service round's time outside
+//                         the forward (reading the steps, answering, loopback, the client), so
+//                         that pause:1300 is the step the service can expect, pause:0 the ceiling.
+//                         Run with --benchmark_enable_random_interleaving: the two differ by less
+//                         than this host drifts from minute to minute.
 //   BM_DecodeOneAtATime   the same 64 steps as 64 forwards of one sequence each.
 //   BM_DecodeGrowing      run_decode_service_bench.sh's session mix, offline: 64 sequences
 //                         prefilled with 64 tokens, then 128 decode steps of all 64 (each grows
@@ -26,10 +32,12 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/forward/attention_layer.h"
@@ -150,6 +158,30 @@ BENCHMARK(BM_DecodeBatched)
     ->Args({64, 2048, 1, 0})
     ->Args({64, 2048, 1, 1})
     ->Args({64, 2048, 0, 1})
+    ->UseRealTime();
+
+void BM_DecodePaused(benchmark::State& state) {
+  const int64_t b = state.range(0), past = state.range(1), pause_us = state.range(3);
+  const bool bf16 = state.range(2) != 0;
+  if (!CanRun(state, bf16)) return;
+  DecodeSetup s(b, past, bf16);
+  const std::vector<float> x = Random(b * kD, 4);
+  std::vector<float> out(x.size());
+  for (auto _ : state) {
+    if (!Step(s, 0, b, x, out).ok()) state.SkipWithError("forward failed");
+    state.PauseTiming();
+    s.Rewind();
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * b);
+}
+BENCHMARK(BM_DecodePaused)
+    ->ArgNames({"B", "P", "bf16", "pause_us"})
+    ->Args({64, 128, 0, 0})
+    ->Args({64, 128, 0, 1300})
+    ->Args({64, 128, 1, 0})
+    ->Args({64, 128, 1, 1300})
     ->UseRealTime();
 
 void BM_DecodeOneAtATime(benchmark::State& state) {

@@ -12,7 +12,8 @@
 #             stream at round LONG_AT (steps' latency before / during / after it)
 # and, right after on-1x64, the core's offline decode of the same mix in the same minute
 # (attnserve_core_bench's BM_DecodeBatched/B:64/P:128, median of 3; this host's speed drifts by
-# 15-30 % from minute to minute), with the service's share of it (the target: >= 60 %).
+# 15-30 % from minute to minute), with the service's share of it (the target: >= 60 %), and the
+# same step after a pause as long as a round's time outside the forward (BM_DecodePaused).
 # Every step grows the sessions' cache, so the runs keep the mean cached context at 128 tokens, the
 # core benchmark's P:128: CONTEXT prompt rows then STEPS rounds (64 + 128, from 64 to 192 tokens;
 # 32 rounds of 112 + 32 are too short: their tokens/s moves by 30 % from run to run),
@@ -82,24 +83,31 @@ if [[ ! -x "${core_bin}" ]]; then
   exit 1
 fi
 
-# core_share NAME DTYPE: the core's batched step for DTYPE now, against run NAME's tokens/s.
+# core_share NAME DTYPE: the core's batched step for DTYPE now, back to back and (fp32/bf16 KV
+# caches) after a 1.3 ms pause (BM_DecodePaused: a one-client round's time outside the forward),
+# against run NAME's tokens/s.
 core_share() {
-  local name="$1" dtype="$2" bf16=0 int8=0
+  local name="$1" dtype="$2" bf16=0 int8=0 filter
   [[ "${dtype}" == bf16 ]] && bf16=1
   [[ "${kv_dtype}" == int8 ]] && int8=1
+  filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/int8:${int8}/"
+  ((int8 == 0)) && filter+="|^BM_DecodePaused/B:64/P:128/bf16:${bf16}/pause_us:1300/"
   wait_quiet "core-${dtype}"
-  "${core_bin}" --benchmark_filter="^BM_DecodeBatched/B:64/P:128/bf16:${bf16}/int8:${int8}/" \
+  "${core_bin}" --benchmark_filter="${filter}" --benchmark_enable_random_interleaving=true \
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_format=json >"${work}/core-${dtype}.json" 2>/dev/null
   python3 - "${work}/core-${dtype}.json" "${work}/${name}.json" "${dtype}/${kv_dtype}" <<'PY'
 import json, sys
 core = json.load(open(sys.argv[1]))
-median = [b for b in core["benchmarks"] if b.get("aggregate_name") == "median"][0]
-step_s = median["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[median["time_unit"]]
 service = json.load(open(sys.argv[2]))["tokens_per_s"]
-core_tokens = median["items_per_second"]  # Decode tokens per second of the batched step.
-print(f"| core | {sys.argv[3]} | offline 64 x 128 batched step {step_s * 1e3:.2f} ms "
-      f"| {core_tokens:,.0f} | | | | service 1 x 64: {service / core_tokens:.0%} of the core |")
+for b in core["benchmarks"]:
+    if b.get("aggregate_name") != "median":
+        continue
+    step_s = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
+    tokens = b["items_per_second"]  # Decode tokens per second of the batched step.
+    what = "after a 1.3 ms pause" if b["name"].startswith("BM_DecodePaused") else "back to back"
+    print(f"| core | {sys.argv[3]} | offline 64 x 128 batched step {what} {step_s * 1e3:.2f} ms "
+          f"| {tokens:,.0f} | | | | service 1 x 64: {service / tokens:.0%} of it |")
 PY
 }
 
