@@ -8,6 +8,7 @@
 // the four keys scored together, causal limits, explicit masks and the rows' edge cases.
 #include "core/kv_cache/paged_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -199,6 +200,68 @@ TEST_P(PagedAttentionTest, EqualsDoublePrecisionReference) {
           EXPECT_NEAR(sum, 1.0, 1e-5);
         }
       }
+    }
+  }
+}
+
+// Key r of `run` set to `values` (head_dim of them), stored as the run's type.
+void SetKeyRow(KeyRun& run, int64_t r, const std::vector<float>& values) {
+  const auto dim = static_cast<int64_t>(values.size());
+  const int64_t at = r * kLd * dim;
+  float* k = &run.k[at];
+  std::copy(values.begin(), values.end(), k);
+  if (run.type == KvElementType::kBFloat16) {
+    core::RoundToBf16(k, dim, &run.k16[at]);
+    core::WidenBf16(&run.k16[at], dim, k);
+  } else if (run.type == KvElementType::kInt8) {
+    run.k_scale[r] = core::QuantizeInt8Row(k, dim, &run.k8[at]);
+    core::DequantizeInt8Row(&run.k8[at], run.k_scale[r], dim, k);
+  }
+  std::copy(k, k + dim, run.k_exact.begin() + r * dim);
+}
+
+// The row's largest score is the softmax's shift wherever its key sits (first, inside or last of
+// a segment, among a segment's keys past a multiple of four, in a one-key segment): it is ~100
+// above the others, beyond what the exponential of a positive difference survives (the kernels'
+// exp is for non-positive inputs), so the row is right only if the kernel found it; it then takes
+// the whole row.
+TEST_P(PagedAttentionTest, FindsTheLargestScoreWhereverItsKeySits) {
+  const KernelCase c = GetParam();
+  const int64_t dim = c.head_dim;
+  std::mt19937 rng(static_cast<unsigned>(dim * 3 + c.own_fp32_key));
+  std::vector<KeyRun> runs;
+  for (int64_t count : {16, 7, 1, 6}) runs.push_back(MakeRun(c.cache_type, count, dim, rng));
+  if (c.own_fp32_key) runs.push_back(MakeRun(KvElementType::kFloat32, 1, dim, rng));
+  std::vector<float> q(dim);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  double q_norm2 = 0.0;
+  for (float& x : q) {
+    x = normal(rng);
+    q_norm2 += double{x} * x;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> top_key(dim);
+  for (int64_t i = 0; i < dim; ++i)
+    top_key[i] = static_cast<float>(q[i] * 100.0 / (scale * q_norm2));
+  int64_t keys = 0;
+  for (const KeyRun& run : runs) keys += run.count;
+  for (int64_t top = 0; top < keys; ++top) {
+    SCOPED_TRACE(::testing::Message() << "largest score at key " << top);
+    std::vector<KeyRun> with_top = runs;
+    size_t run = 0;
+    int64_t row = top;
+    while (row >= with_top[run].count) row -= with_top[run++].count;
+    SetKeyRow(with_top[run], row, top_key);
+    std::vector<KvSegment> segments;
+    for (const KeyRun& r : with_top) segments.push_back(SegmentOf(r, dim));
+    const RowAttention a{
+        .segments = segments, .keys = keys, .head_dim = dim, .scale = scale, .visible_limit = keys};
+    std::vector<float> probabilities(keys), out(dim);
+    AttendRow(a, q.data(), probabilities.data(), out.data());
+    EXPECT_NEAR(probabilities[top], 1.0f, 1e-6f);
+    for (int64_t i = 0; i < dim; ++i) {
+      const float v = with_top[run].v_exact[row * dim + i];
+      EXPECT_NEAR(out[i], v, 1e-5f * (1.0f + std::fabs(v))) << "element " << i;
     }
   }
 }
