@@ -49,8 +49,22 @@ enum class RowOutcome {
 [[gnu::always_inline]] inline void MaskAndMax(const uint8_t* explicit_row, int64_t key, int64_t n,
                                               float* scores, float& max_score, int64_t& open_keys) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
+  if (explicit_row == nullptr) {
+    // Four independent maxima (one SIMD max): a single chain of dependent scalar maxima through a
+    // long row was ~7 % of the int8 kernel's time at 2048 keys. std::max(m, s) keeps m when s is
+    // NaN, as below.
+    float m[4] = {max_score, kBlocked, kBlocked, kBlocked};
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) {
+      for (int i = 0; i < 4; ++i) m[i] = std::max(m[i], scores[key + r + i]);
+    }
+    for (; r < n; ++r) m[0] = std::max(m[0], scores[key + r]);
+    max_score = std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+    open_keys += n;
+    return;
+  }
   for (int64_t r = 0; r < n; ++r) {
-    const bool open = explicit_row == nullptr || explicit_row[key + r] != 0;
+    const bool open = explicit_row[key + r] != 0;
     if (!open) scores[key + r] = kBlocked;
     max_score = std::max(max_score, scores[key + r]);
     open_keys += open;
