@@ -3,8 +3,9 @@
 # 8 heads) on a free loopback port, puts it under one `attnserve-cli bench` load, samples every
 # server thread's call stacks with `perf record -g` for PERF_S seconds of it, and prints the
 # samples' shares by thread and by code (oneDNN, attnserve, gRPC, libc, kernel) and the hottest
-# symbols. With OUT set, keeps OUT/perf.data and OUT/perf-script.txt, the stacks as text that
-# flame-graph viewers read (speedscope, the Firefox Profiler, FlameGraph's stackcollapse-perf.pl).
+# symbols. With OUT set, keeps OUT/perf.data, oneDNN's JIT symbol map and OUT/perf-script.txt,
+# the stacks as text that flame-graph viewers read (speedscope, the Firefox Profiler, FlameGraph's
+# stackcollapse-perf.pl).
 # Needs `perf` (Debian's linux-perf; not installed by deploy/install-deps.sh: nothing in CI runs
 # this).
 #
@@ -50,6 +51,8 @@ wait_quiet profile
 # oneDNN writes its JIT kernels' names to /tmp/perf-PID.map, where perf finds them.
 export DNNL_JIT_PROFILE=2
 start_server "${work}/server.log" --metrics-off --compute-dtype "${COMPUTE_DTYPE:-fp32}"
+jit_map="/tmp/perf-${server_pid}.map"
+trap 'rm -f "${jit_map}"; cleanup' EXIT
 load=("${load[@]/PORT/${port}}")
 load=("${load[@]/PID/${server_pid}}")
 log "attnserve --compute-dtype ${COMPUTE_DTYPE:-fp32} | ${load[*]##*/}; perf record for ${perf_s} s"
@@ -59,14 +62,13 @@ sleep 4 # Past the warm-up (and the decode load's prompts).
 record_profile "${perf_s}"
 kill -TERM "${load_pid}" 2>/dev/null || true
 wait "${load_pid}" 2>/dev/null || true
-server=${server_pid}
 stop_server
 
 print_profile
 if [[ -n "${OUT:-}" ]]; then
   mkdir -p "${OUT}"
-  cp "${work}/perf.data" "${OUT}/perf.data"
+  cp "${work}/perf.data" "${jit_map}" "${OUT}/"
   perf script -i "${OUT}/perf.data" >"${OUT}/perf-script.txt" 2>/dev/null
-  log "kept ${OUT}/perf.data and ${OUT}/perf-script.txt"
+  log "kept ${OUT}/perf.data, ${OUT}/perf-script.txt and ${OUT}/${jit_map##*/} (copy it back" \
+    "to /tmp for perf report to name oneDNN's kernels)"
 fi
-rm -f "/tmp/perf-${server}.map"
