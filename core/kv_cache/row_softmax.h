@@ -50,9 +50,9 @@ enum class RowOutcome {
                                               float* scores, float& max_score, int64_t& open_keys) {
   constexpr float kBlocked = -std::numeric_limits<float>::infinity();
   if (explicit_row == nullptr) {
-    // Four independent maxima (one SIMD max): a single chain of dependent scalar maxima through a
-    // long row was ~7 % of the int8 kernel's time at 2048 keys. std::max(m, s) keeps m when s is
-    // NaN, as below.
+    // Four independent chains of maxima: a single chain of dependent maxima through a long row
+    // was ~7 % of the int8 kernel's time at 2048 keys. std::max(m, s) keeps m when s is NaN, as
+    // below.
     float m[4] = {max_score, kBlocked, kBlocked, kBlocked};
     int64_t r = 0;
     for (; r + 4 <= n; r += 4) {

@@ -4,10 +4,9 @@ the share of all samples by thread (rows) and by the code the samples ran (colum
 `--symbols N`, reads `--sort comm,dso,sym` instead and prints the N hottest symbols, the copies of
 one oneDNN JIT kernel (one per shape) merged into one line.
 
-Used by server_bench_lib.sh's print_profile (profile_server.sh, run_decode_service_cpu.sh). gRPC's
-threads (nexting_thread, default-executor, ...) are one row; attnserve's keep their names:
-attnserve-batch is a batch thread or an OpenMP worker it spawned, attnserve the main thread, the
-decode loop and their OpenMP workers.
+Used by server_bench_lib.sh's print_profile (profile_server.sh). gRPC's threads (nexting_thread,
+default-executor, ...) are one row; attnserve's keep their names: attnserve-batch is a batch thread
+or an OpenMP worker it spawned, attnserve the main thread, the decode loop and their OpenMP workers.
 """
 import collections
 import sys
@@ -62,7 +61,7 @@ def print_symbols(top):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--symbols":
         return print_symbols(int(sys.argv[2]))
-    shares = collections.defaultdict(lambda: collections.Counter())
+    shares = collections.defaultdict(collections.Counter)
     for line in sys.stdin:
         values = fields(line)
         if values is not None:
