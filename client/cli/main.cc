@@ -7,8 +7,10 @@
 
 #include "attnserve/git_revision.h"
 #include "client/cli/cli_app.h"
+#include "core/util/reuse_large_allocations.h"
 
 int main(int argc, char** argv) {
+  attnserve::ReuseLargeAllocations();
   // Holds gRPC's library reference for the whole process, so that the last channel's destructor
   // does not run grpc_shutdown(), which can wait up to 10 s on an executor thread's epoll (gRPC
   // 1.51; seen as a 10 s stall at exit). A health check must return at once.

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "attnserve/git_revision.h"
+#include "core/util/reuse_large_allocations.h"
 #include "server/app/logging.h"
 #include "server/app/server.h"
 #include "server/app/server_flags.h"
@@ -56,6 +57,7 @@ void RaiseOpenFileLimit() {
 
 int main(int argc, char** argv) {
   EnsureOpenMpWaitPolicy(argv);
+  attnserve::ReuseLargeAllocations();
   // Debian's abseil checks every absl::Mutex acquisition for lock-order cycles (0.6 % of the
   // server's CPU under load, in GraphCycles); the tests keep that check, the server does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -22,6 +22,7 @@
 
 #include "CLI/CLI.hpp"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "core/util/reuse_large_allocations.h"
 
 namespace {
 
@@ -113,6 +114,7 @@ class Loop {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnserve::ReuseLargeAllocations();  // As attnserve-cli does.
   Flags flags;
   CLI::App app{
       "attnserve_echo_client: unary Attend calls on the bare generated stub (the client "

@@ -20,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "core/util/reuse_large_allocations.h"
 #include "server/service/wire_messages.h"
 
 namespace {
@@ -83,6 +84,7 @@ class EchoService final : public EchoBase {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnserve::ReuseLargeAllocations();  // As attnserve does: the floor has its process settings.
   CLI::App app{"attnserve_echo_server: attnserve.v1 Attend answered with its input (no compute)"};
   std::string address = "127.0.0.1:0";
   int64_t stream_window_bytes = int64_t{1} << 20;
