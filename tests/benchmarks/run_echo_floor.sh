@@ -12,7 +12,8 @@
 #
 # Usage: tests/benchmarks/run_echo_floor.sh [build_dir]     (default: $BUILD_DIR or <repo>/build)
 # Environment: DURATION_S (seconds per run, default 8), COMPUTE_DTYPES (attnserve's compute
-#   types, default "fp32"; "fp32 bf16" adds a bf16 server and core per size), QUIET_WAIT_S,
+#   types, default "fp32"; "fp32 bf16" adds a bf16 server and core per size), SIZES (rows per
+#   request, default "1 16 128 512"; concurrency 64, 64, 16 and 4 respectively), QUIET_WAIT_S,
 #   SERVER_FLAGS, LOAD_FLAGS, KEEP_LOGS=1 (as run_server_bench.sh). ~2 minutes per compute type
 #   on 2 cores.
 set -euo pipefail
@@ -78,10 +79,14 @@ print(max(1, round(r.get("server", {}).get("batch_mean_sequences") or 1)))' "${w
 
 read -r -a dtypes <<<"${COMPUTE_DTYPES:-fp32}"
 start_s=${SECONDS}
-sizes=(1 16 128 512)
-concurrency=(64 64 16 4)
-for i in "${!sizes[@]}"; do
-  t=${sizes[$i]} c=${concurrency[$i]}
+read -r -a sizes <<<"${SIZES:-1 16 128 512}"
+for t in "${sizes[@]}"; do
+  case "${t}" in
+    1 | 16) c=64 ;;
+    128) c=16 ;;
+    512) c=4 ;;
+    *) echo "${bench_name}: SIZES takes 1, 16, 128 and 512, not ${t}" >&2 && exit 2 ;;
+  esac
   echo_scenario "echo_t${t}" --seq-len "${t}" --concurrency "${c}"
   for dtype in "${dtypes[@]}"; do
     scenario "attnserve_${dtype}_t${t}" "--compute-dtype ${dtype}" --seq-len "${t}" \
