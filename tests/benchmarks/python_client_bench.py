@@ -8,6 +8,8 @@ and the Python client against attnserve-cli bench (tests/benchmarks/run_oip_benc
 --mode decode: the package's decoding sessions, as attnserve-cli bench --sessions N --context C
 --steps S --clients 1 runs them: N sessions on one stream, each prefilled with C rows, then S
 rounds of one message stepping every session by one row; prints tokens/s of the rounds.
+Calls attnserve.reuse_large_allocations() first, as an application should
+(--glibc-malloc-defaults skips it).
 
   PYTHONPATH=<pip --target folder> python_client_bench.py --target 127.0.0.1:PORT \
       --mode {client,stub,infer} --seq-len 128 --concurrency 1 {--duration 10 | --requests 2000}
@@ -120,7 +122,13 @@ def main():
     parser.add_argument("--sessions", type=int, default=64, help="decode mode")
     parser.add_argument("--context", type=int, default=128, help="decode mode: prompt rows")
     parser.add_argument("--steps", type=int, default=200, help="decode mode: rounds")
+    parser.add_argument("--glibc-malloc-defaults", action="store_true",
+                        help="skip attnserve.reuse_large_allocations() (as attnserve-cli, the "
+                             "bench calls it at start)")
     args = parser.parse_args()
+    if not args.glibc_malloc_defaults:
+        import attnserve
+        attnserve.reuse_large_allocations()
     if args.mode == "decode":
         run_decode(args)
         return

@@ -496,6 +496,42 @@ class ResourceExhaustedRetryTest(unittest.TestCase):
         self.assertEqual(count, 1 + self.RETRIES)
 
 
+class AllocatorTest(unittest.TestCase):
+    """reuse_large_allocations(): the page faults of a loop that allocates and frees tensors of
+    a few MiB, as a client's calls do, in a fresh process each (the setting is process-wide)."""
+
+    LOOP = """
+import resource, sys
+import numpy as np
+import attnserve
+if sys.argv[1] == "reuse":
+    assert attnserve.reuse_large_allocations()
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        request = np.ones(1 << 20, np.float32)
+        answer = request + np.ones(1 << 20, np.float32)
+        del request, answer
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults()
+print(faults())
+"""
+
+    def faults(self, mode):
+        site = os.path.dirname(os.path.dirname(install_package().__file__))
+        run = subprocess.run([sys.executable, "-c", self.LOOP, mode], check=True,
+                             capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": site})
+        return int(run.stdout)
+
+    def test_reused_blocks_need_no_fresh_pages(self):
+        # 20 rounds of three 4 MiB arrays: ~1,000 faults a round by default (measured 1,500),
+        # none once the blocks are reused.
+        default, reused = self.faults("default"), self.faults("reuse")
+        self.assertGreater(default, 5000)
+        self.assertLess(reused, 200)
+
+
 def client_request(x):
     """The AttendRequest that Client.attend sends for `x`."""
     client_module = importlib.import_module("attnserve.client")

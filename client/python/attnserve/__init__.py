@@ -7,10 +7,12 @@
 Client (blocking) and AsyncClient (asyncio) take and return numpy arrays; errors raise
 AttnserveError with the gRPC code and message. Client.decode() / decode_stream() open decoding
 sessions that keep their keys and values on the server (attnserve.decoding). attnserve.torch
-holds RemoteMultiheadAttention and RemoteCausalDecoder.
+holds RemoteMultiheadAttention and RemoteCausalDecoder. reuse_large_allocations() makes calls
+with large tensors cheaper for the whole process (attnserve.allocator).
 """
 from importlib import metadata as _metadata
 
+from attnserve.allocator import reuse_large_allocations
 from attnserve.client import AsyncClient, AttnserveError, Client, ModelInfo
 from attnserve.decoding import AsyncDecodeSession, AsyncDecodeStream, DecodeSession, DecodeStream
 
@@ -20,4 +22,4 @@ except _metadata.PackageNotFoundError:  # imported from the source tree, not ins
     __version__ = "unknown"
 
 __all__ = ["AsyncClient", "AsyncDecodeSession", "AsyncDecodeStream", "AttnserveError", "Client",
-           "DecodeSession", "DecodeStream", "ModelInfo"]
+           "DecodeSession", "DecodeStream", "ModelInfo", "reuse_large_allocations"]
