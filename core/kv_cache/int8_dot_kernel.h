@@ -3,12 +3,15 @@
 // Widening int8 to fp32 costs more instructions per value than the bf16 kernel spends, so an int8
 // cache read half the bytes of a bf16 one but decoded no faster where the rows sit in cache. Here
 // the query is rounded to int16 once per row and each key's dot product is exact integer
-// arithmetic, 32 products per instruction (vpdpwssd); the value rows are widened to fp32 with one
-// sign-extending load and one conversion per 16 values.
+// arithmetic, 32 products per instruction (vpdpwssd); the values are weighed sixteen rows at a
+// time with their weights (probability times the row's scale) rounded to 8 bits, as exact integer
+// dot products of four rows per instruction (vpdpbusd), 64 products each.
 //
-// The only approximation beyond the cache's own: the query's rounding to int16, at most 2^-16 of
-// its largest |element| per element. Same semantics as AttendRow otherwise (blocked keys, fully
-// blocked rows, rows with non-finite scores).
+// The approximations beyond the cache's own: the query's rounding to int16, at most 2^-16 of its
+// largest |element| per element; each weight's rounding, at most half a step of 1/255 of the
+// largest weight among its sixteen rows (rows past a segment's last full sixteen are weighed in
+// fp32). Same semantics as AttendRow otherwise (blocked keys, fully blocked rows, rows with
+// non-finite scores).
 //
 // Pure functions on caller-owned memory; thread-safe.
 #ifndef ATTNSERVE_CORE_KV_CACHE_INT8_DOT_KERNEL_H_
