@@ -144,6 +144,17 @@ ATTNSERVE_INT8_DOT_TARGET inline void AddRowValues(const int8_t* v_row, float we
   }
 }
 
+// AddRowValues for rows [from, to) of `seg` whose probability is not 0 (blocked keys' values and
+// scales may be anything).
+template <int64_t kDim>
+ATTNSERVE_INT8_DOT_TARGET inline void AddRowsValues(const KvSegment& seg, int64_t from, int64_t to,
+                                                    const float* p, __m512 (&acc)[kDim / 16]) {
+  const auto* v = static_cast<const int8_t*>(seg.v);
+  for (int64_t r = from; r < to; ++r) {
+    if (p[r] != 0.0f) AddRowValues<kDim>(v + r * seg.ld, p[r] * Int8Scale(seg.v_scale[r]), acc);
+  }
+}
+
 // acc += Σ p[r] · scale_r · V row r over the n rows of `seg`; zero probabilities contribute
 // nothing (blocked keys' values and scales may be anything). Sixteen rows at a time the weights
 // p[r] · scale_r are rounded to unsigned 8 bits on a grid of their largest / 255, and the values
@@ -171,9 +182,7 @@ ATTNSERVE_INT8_DOT_TARGET inline void AddSegmentValues(const KvSegment& seg, int
     if (_mm512_fpclass_ps_mask(weights, 0x99) != 0) {
       // A non-finite value row (a NaN scale, int8_rows.h): weighed in fp32, so that the output
       // is NaN as the forward expects to report it; a rounded weight would hide it.
-      for (int64_t i = r; i < r + 16; ++i) {
-        if (p[i] != 0.0f) AddRowValues<kDim>(v + i * ld, p[i] * Int8Scale(seg.v_scale[i]), acc);
-      }
+      AddRowsValues<kDim>(seg, r, r + 16, p, acc);
       continue;
     }
     const float largest = _mm512_reduce_max_ps(weights);
@@ -207,10 +216,7 @@ ATTNSERVE_INT8_DOT_TARGET inline void AddSegmentValues(const KvSegment& seg, int
       grouped[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[k]), step, grouped[k]);
     }
   }
-  for (; r < n; ++r) {
-    if (p[r] == 0.0f) continue;
-    AddRowValues<kDim>(v + r * ld, p[r] * Int8Scale(seg.v_scale[r]), acc);
-  }
+  AddRowsValues<kDim>(seg, r, n, p, acc);
 }
 
 // AttendRow for an all-int8 row of a kDim-wide head, as the portable kernel structures it (scores
