@@ -303,6 +303,7 @@ void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAt
       continue;
     }
     p.segments = (p.keys + bt - 1) / bt;
+    const int64_t int8_block_rows = pool.element_type() == KvElementType::kInt8 ? bt : 0;
     for (int64_t head = 0; head < h; ++head) {
       for (int64_t blk = 0; blk < p.segments; ++blk) {
         const int32_t id = c->blocks[blk];
@@ -312,7 +313,8 @@ void CachedAttentionExecutor::Impl::Plan(const KvBlockPool& pool, const CachedAt
                             .ld = dk,
                             .type = pool.element_type(),
                             .k_scale = pool.key_scales(id, head),
-                            .v_scale = pool.value_scales(id, head)});
+                            .v_scale = pool.value_scales(id, head),
+                            .int8_block_rows = int8_block_rows});
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <new>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/forward/bf16_conversion.h"
 #include "core/kv_cache/int8_rows.h"
@@ -206,6 +207,7 @@ void KvBlockPool::Release(KvSequence& seq) {
 void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int64_t k_ld,
                         const float* v, int64_t v_ld) {
   const int64_t bt = options_.block_tokens, dk = head_dim(), h = identity_.num_heads;
+  absl::InlinedVector<int8_t, 256> row;  // An int8 row before it is laid out in its block.
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t token = seq.length + r;
     const int32_t block = seq.blocks[token / bt];
@@ -217,10 +219,17 @@ void KvBlockPool::Write(const KvSequence& seq, int64_t rows, const float* k, int
         case KvElementType::kBFloat16:
           RoundToBf16(src, dk, reinterpret_cast<uint16_t*>(dst) + slot);
           break;
-        case KvElementType::kInt8:
-          Scales(block, part)[token % bt] =
-              QuantizeInt8Row(src, dk, reinterpret_cast<int8_t*>(dst) + slot);
+        case KvElementType::kInt8: {
+          row.resize(dk);
+          Scales(block, part)[token % bt] = QuantizeInt8Row(src, dk, row.data());
+          auto* block_rows = reinterpret_cast<int8_t*>(dst);
+          if (part < h) {
+            StoreInt8KeyRow(row.data(), bt, dk, token % bt, block_rows);
+          } else {
+            StoreInt8ValueRow(row.data(), bt, dk, token % bt, block_rows);
+          }
           break;
+        }
         case KvElementType::kFloat32:
           std::copy_n(src, dk, reinterpret_cast<float*>(dst) + slot);
           break;

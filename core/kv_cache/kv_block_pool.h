@@ -18,8 +18,10 @@
 // KvCacheOptions::int8 stores either model's K and V as int8 rows with a bf16 scale per token and
 // head (int8_rows.h): a quarter (fp32) or half (bf16) of the bytes per token, where a step reads
 // every cached byte; its outputs differ from a full forward's by the rounding to 1/254 of each
-// row's largest value. The scales sit in a second arena indexed like the blocks, so that a block's
-// K and V stay a whole number of pages (DiscardFreeBlocks gives back whole pages only):
+// row's largest value. Within a head's [block_tokens, head_dim] bytes the int8 rows are tiled
+// for the integer kernel (int8_rows.h: keys sixteen rows to a tile, values four). The scales sit in
+// a second arena indexed like the blocks, so that a block's K and V stay a whole number of pages
+// (DiscardFreeBlocks gives back whole pages only):
 //   scales of a block = K scales[head 0][block_tokens] … [head h-1] | V scales[head 0] … [head h-1]
 //
 // Thread-safety: NOT thread-safe. One pool and its KvSequences are used by one thread at a time
@@ -170,8 +172,9 @@ class KvBlockPool {
     assert(layout_.element_type == KvElementType::kBFloat16);
     return static_cast<const uint16_t*>(value_data(block, head));
   }
-  // An int8 pool's rows and their scales: token t of the block is keys_int8(…)[t · head_dim + i]
-  // × Int8Scale(key_scales(…)[t]). Scales are null on other pools.
+  // An int8 pool's rows and their scales: element i of token t of the block is
+  // keys_int8(…)[Int8KeyOffset(block_tokens, head_dim, t, i)] × Int8Scale(key_scales(…)[t])
+  // (values: Int8ValueOffset; int8_rows.h). Scales are null on other pools.
   const int8_t* keys_int8(int32_t block, int64_t head) const {
     assert(layout_.element_type == KvElementType::kInt8);
     return static_cast<const int8_t*>(key_data(block, head));

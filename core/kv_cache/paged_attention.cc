@@ -296,6 +296,106 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
   }
 }
 
+// ---- Rows whose keys are all int8 cache blocks (int8_rows.h), in fp32 ----
+// A key tile's column pair of sixteen rows widens into two vectors whose lane r is key r
+// (LoadGroup<2>), and a value group's sixteen columns of four rows into four vectors whose lane i
+// is column i of one row (LoadGroup<4>): sixteen keys are scored at once with no sums across
+// lanes, and values add up in natural order.
+
+// Whether AttendRowInt8Blocks reads `a`: every segment an int8 block of whole key tiles.
+bool ReadsInt8Blocks(const RowAttention& a) {
+  if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128) return false;
+  for (const KvSegment& seg : a.segments) {
+    if (seg.type != KvElementType::kInt8 || seg.int8_block_rows <= 0 ||
+        seg.int8_block_rows % kInt8KeyTileRows != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Scores of keys [key, key + n) of an int8 block, sixteen at a time (a tile's keys past n are
+// read, not stored), then AttendRow's mask and maximum.
+template <int64_t kDim>
+ATTNSERVE_INLINE void ScoreInt8Block(const RowAttention& a, const KvSegment& seg, int64_t n,
+                                     int64_t key, const float* q, float* scores, float& max_score,
+                                     int64_t& open_keys) {
+  const auto* k = static_cast<const int8_t*>(seg.k);
+  for (int64_t t = 0; t < n; t += kInt8KeyTileRows) {
+    const int8_t* tile = k + t * kDim;
+    // Two chains of additions, not one; named, not an array, which GCC would keep in memory.
+    Vec16 even = {}, odd = {};
+#pragma GCC unroll 16
+    for (int64_t j = 0; j < kDim / 2; j += 2) {
+      const Group<2> x = LoadGroup<2>(tile + 32 * j), y = LoadGroup<2>(tile + 32 * (j + 1));
+      even += q[2 * j] * x.v[0] + q[2 * j + 1] * x.v[1];
+      odd += q[2 * j + 2] * y.v[0] + q[2 * j + 3] * y.v[1];
+    }
+    const Vec16 dots = even + odd;
+    const int64_t rows = std::min(kInt8KeyTileRows, n - t);
+    for (int64_t r = 0; r < rows; ++r) {
+      scores[key + t + r] = a.scale * (dots[r] * Int8Scale(seg.k_scale[t + r]));
+    }
+  }
+  MaskAndMax(a.explicit_row, key, n, scores, max_score, open_keys);
+}
+
+// acc (natural order) += Σ p[r] · scale_r · V row r over rows [0, n) of an int8 block; zero
+// probabilities weigh nothing (blocked keys' values and scales may be anything).
+template <int64_t kDim>
+ATTNSERVE_INLINE void AddInt8BlockValues(const KvSegment& seg, int64_t n, const float* p,
+                                         Vec16 (&acc)[kDim / kVecFloats]) {
+  const auto* v = static_cast<const int8_t*>(seg.v);
+  for (int64_t g = 0; g * kInt8ValueGroupRows < n; ++g) {
+    float w[kInt8ValueGroupRows] = {};
+    for (int64_t r = 0; r < kInt8ValueGroupRows && g * kInt8ValueGroupRows + r < n; ++r) {
+      const int64_t row = g * kInt8ValueGroupRows + r;
+      if (p[row] != 0.0f) w[r] = p[row] * Int8Scale(seg.v_scale[row]);
+    }
+    const int8_t* group = v + g * kInt8ValueGroupRows * kDim;
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < kDim / kVecFloats; ++c) {
+      const Group<4> x = LoadGroup<4>(group + 4 * kVecFloats * c);
+      acc[c] += w[0] * x.v[0] + w[1] * x.v[1] + w[2] * x.v[2] + w[3] * x.v[3];
+    }
+  }
+}
+
+// AttendRow for a row whose keys are all int8 blocks (ReadsInt8Blocks), a kDim-wide head.
+template <int64_t kDim>
+ATTNSERVE_INLINE void AttendRowInt8Blocks(const RowAttention& a, const float* q,
+                                          float* probabilities, float* out) {
+  const int64_t limit = std::clamp<int64_t>(a.visible_limit, 0, a.keys);
+  const int64_t segments = static_cast<int64_t>(a.segments.size());
+  float max_score = -std::numeric_limits<float>::infinity();
+  int64_t open_keys = 0, key = 0;
+  for (int64_t si = 0; si < segments && key < limit; ++si) {
+    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].k, a.segments[si + 2], kDim, a.prefetch);
+    const int64_t n = std::min(a.segments[si].count, limit - key);
+    ScoreInt8Block<kDim>(a, a.segments[si], n, key, q, probabilities, max_score, open_keys);
+    key += n;
+  }
+  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
+    case RowOutcome::kAllBlocked:
+      std::fill(out, out + kDim, 0.0f);
+      return;
+    case RowOutcome::kNoFiniteScore:
+      std::fill(out, out + kDim, std::numeric_limits<float>::quiet_NaN());
+      return;
+    case RowOutcome::kProbabilities:
+      break;
+  }
+  Vec16 acc[kDim / kVecFloats] = {};
+  key = 0;
+  for (int64_t si = 0; si < segments && key < limit; ++si) {
+    if (si + 2 < segments) PrefetchRows(a.segments[si + 2].v, a.segments[si + 2], kDim, a.prefetch);
+    const int64_t n = std::min(a.segments[si].count, limit - key);
+    AddInt8BlockValues<kDim>(a.segments[si], n, probabilities + key, acc);
+    key += n;
+  }
+  std::memcpy(out, acc, sizeof acc);
+}
+
 // AttendRow for any head_dim (read from `a`).
 ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, float* probabilities,
                                         float* out) {
@@ -340,12 +440,14 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
 ATTNSERVE_PER_ISA_CLONES void AttendRowClones(const RowAttention& a, const float* q,
                                               float* probabilities, float* out) {
+  if (ReadsInt8Blocks(a)) {
+    return a.head_dim == 32   ? AttendRowInt8Blocks<32>(a, q, probabilities, out)
+           : a.head_dim == 64 ? AttendRowInt8Blocks<64>(a, q, probabilities, out)
+                              : AttendRowInt8Blocks<128>(a, q, probabilities, out);
+  }
   // The element order of the row's first segment (LoadGroup): fp32 natural, bf16 paired, int8 in
   // fours (in pairs for 32-wide heads).
   const KvElementType type = a.segments.empty() ? KvElementType::kFloat32 : a.segments[0].type;
-  if (type == KvElementType::kInt8 && a.int8_dot && AttendRowInt8Dot(a, q, probabilities, out)) {
-    return;
-  }
   const int group = type == KvElementType::kFloat32 ? 1 : type == KvElementType::kInt8 ? 4 : 2;
   switch (a.head_dim) {  // The common head widths, unrolled.
     case 32:
@@ -453,6 +555,46 @@ ATTNSERVE_PER_ISA_CLONES bool AttendRowsClones(const RowAttention& a, int64_t ro
   return true;
 }
 
+// The kernels above other than AttendRowInt8Blocks, and AttendRows, read int8 rows one by one,
+// as rows. For them, `a` with each int8 block's rows copied out into `rows` (its segments in
+// `segments`); `a` itself when it has none.
+RowAttention WithInt8BlocksAsRows(const RowAttention& a, std::vector<int8_t>& rows,
+                                  std::vector<KvSegment>& segments) {
+  const int64_t dim = a.head_dim;
+  size_t bytes = 0;
+  for (const KvSegment& seg : a.segments) {
+    if (seg.type == KvElementType::kInt8 && seg.int8_block_rows > 0) bytes += 2 * seg.count * dim;
+  }
+  if (bytes == 0) return a;
+  rows.resize(bytes);
+  segments.assign(a.segments.begin(), a.segments.end());
+  int8_t* at = rows.data();
+  for (KvSegment& seg : segments) {
+    if (seg.type != KvElementType::kInt8 || seg.int8_block_rows == 0) continue;
+    const auto* k = static_cast<const int8_t*>(seg.k);
+    const auto* v = static_cast<const int8_t*>(seg.v);
+    for (int64_t r = 0; r < seg.count; ++r) {
+      LoadInt8KeyRow(k, seg.int8_block_rows, dim, r, at + r * dim);
+      LoadInt8ValueRow(v, seg.int8_block_rows, dim, r, at + (seg.count + r) * dim);
+    }
+    seg.k = at;
+    seg.v = at + seg.count * dim;
+    seg.ld = dim;
+    seg.int8_block_rows = 0;
+    at += 2 * seg.count * dim;
+  }
+  RowAttention copy = a;
+  copy.segments = segments;
+  return copy;
+}
+
+// Per thread, reused: AttendRow runs once per head and row of every decode step.
+struct Int8RowsScratch {
+  std::vector<int8_t> rows;
+  std::vector<KvSegment> segments;
+};
+thread_local Int8RowsScratch int8_rows_scratch;
+
 }  // namespace
 
 PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
@@ -461,13 +603,19 @@ PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
 }
 
 void AttendRow(const RowAttention& a, const float* q, float* probabilities, float* out) {
-  AttendRowClones(a, q, probabilities, out);
+  if (a.int8_dot && AttendRowInt8Dot(a, q, probabilities, out)) return;
+  if (ReadsInt8Blocks(a)) return AttendRowClones(a, q, probabilities, out);
+  // A head width other than 32, 64 and 128, blocks of other than whole tiles, mixed types.
+  Int8RowsScratch& scratch = int8_rows_scratch;
+  AttendRowClones(WithInt8BlocksAsRows(a, scratch.rows, scratch.segments), q, probabilities, out);
 }
 
 bool AttendRows(const RowAttention& a, int64_t rows, int64_t limit_step, const float* q,
                 int64_t q_ld, float* probabilities, float* out, int64_t out_ld,
                 RowsScratch scratch) {
-  return AttendRowsClones(a, rows, limit_step, q, q_ld, probabilities, out, out_ld, scratch);
+  Int8RowsScratch& int8 = int8_rows_scratch;
+  return AttendRowsClones(WithInt8BlocksAsRows(a, int8.rows, int8.segments), rows, limit_step, q,
+                          q_ld, probabilities, out, out_ld, scratch);
 }
 
 }  // namespace attnserve::core

@@ -3,10 +3,11 @@
 // AttendRow is plain C++ on GCC vector types, compiled once per ISA level: for T = 1 a step is a
 // GEMV per head, bound by reading K and V, where oneDNN's matmul setup per block would dominate.
 // For head widths 32, 64 and 128 the query and the output row stay in registers, four keys'
-// dot products share one reduction, bf16 rows are widened two elements per 32-bit lane, and int8
-// rows are widened in registers, their scale applied once per key (to the dot product, or to the
-// probability that weighs the value row). On CPUs with AVX-512 VNNI an all-int8 row's dot products
-// are integer arithmetic instead (int8_dot_kernel.h).
+// dot products share one reduction, bf16 rows are widened two elements per 32-bit lane, and an
+// int8 cache's blocks are read in their layout (int8_rows.h), sixteen keys' dot products at once,
+// each row's scale applied once (to the dot product, or to the probability that weighs the value
+// row). On CPUs with AVX-512 VNNI an all-int8 row's dot products are integer arithmetic instead
+// (int8_dot_kernel.h).
 // AttendRows, for T > 1 rows of one sequence (a prefill chunk), gathers the keys once and runs
 // Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per row).
 //
@@ -23,7 +24,7 @@ namespace attnserve::core {
 
 // `count` consecutive keys of one head: key r's K row at k + r·ld, its V row at v + r·ld (ld in
 // elements), each head_dim elements of `type`: float, bf16 (uint16_t) rows of a bf16 cache,
-// widened exactly to fp32 as they are read, or int8 rows of an int8 cache, key r's K row times
+// widened exactly to fp32 as they are read, or int8 rows, key r's K row times
 // Int8Scale(k_scale[r]) and its V row times Int8Scale(v_scale[r]) (int8_rows.h). Segments of
 // different types may be mixed in one row.
 struct KvSegment {
@@ -35,6 +36,10 @@ struct KvSegment {
   // kInt8 only: `count` bf16 scales each.
   const uint16_t* k_scale = nullptr;
   const uint16_t* v_scale = nullptr;
+  // kInt8 only: 0 for rows as above; otherwise k and v are an int8 cache block of this many rows
+  // (≥ count) in the block layout of int8_rows.h (Int8KeyOffset, Int8ValueOffset), and ld is
+  // head_dim.
+  int64_t int8_block_rows = 0;
 };
 
 // Where AttendRow's prefetches bring the rows it is about to read.

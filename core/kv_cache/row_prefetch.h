@@ -25,7 +25,9 @@ template <int kLocality>
   const auto* base = static_cast<const char*>(rows);
   const int64_t row_bytes = head_dim * ElementBytes(seg.type);
   const int64_t ld_bytes = seg.ld * ElementBytes(seg.type);
-  for (int64_t r = 0; r < std::min(seg.count, kPrefetchRows); ++r) {
+  // An int8 block's first rows are spread over its whole tile (int8_rows.h).
+  const int64_t rows_read = seg.int8_block_rows > 0 ? seg.int8_block_rows : seg.count;
+  for (int64_t r = 0; r < std::min(rows_read, kPrefetchRows); ++r) {
     for (int64_t b = 0; b < row_bytes; b += kLine) {
       __builtin_prefetch(base + r * ld_bytes + b, 0, kLocality);
     }

@@ -1,14 +1,14 @@
 // The int8 KV cache: QuantizeInt8Row's rounding and scale, the int8 pool's block bytes (the budget
-// holds ~1.94× a bf16 pool's tokens), its Write, and the accuracy of decoding over it: the same
-// 512 one-token steps over an int8 cache and over an fp32 cache of an fp32 model, compared step by
-// step (outputs ‖y − y_fp32‖ / ‖y_fp32‖ and the attention weights' max abs difference), for head
-// widths on the kernel's vector path (64) and its general loop (16). Chunked prefill,
-// cross-attention memory and a bf16-compute model over an int8 cache stay within the same bounds
-// of their full forward.
+// holds ~1.94× a bf16 pool's tokens), its block layout and Write, and the accuracy of decoding over
+// it: the same 512 one-token steps over an int8 cache and over an fp32 cache of an fp32 model,
+// compared step by step (outputs ‖y − y_fp32‖ / ‖y_fp32‖ and the attention weights' max abs
+// difference), for head widths on the kernel's vector path (64) and its general loop (16). Chunked
+// prefill, cross-attention memory and a bf16-compute model over an int8 cache stay within the same
+// bounds of their full forward.
 //
 // Bounds, from the measurement printed by the tests: each K and V value is within half a step of
 // 1/127 of its row's largest |value| (≤ 0.4 % of it), so scores move by ~0.2 % of their spread and
-// outputs by a few 1e-3 relative. Measured over 512 steps (printed): outputs ≤ 5.6e-3 relative,
+// outputs by a few 1e-3 relative. Measured over 512 steps (printed): outputs ≤ 5.9e-3 relative,
 // worst in the first steps over few keys and 1.0-1.3e-3 by step 512; weights ≤ 1.2e-3 absolute.
 // The tests hold them at kOutputBound and kWeightsBound.
 #include <algorithm>
@@ -135,13 +135,58 @@ TEST(Int8KvBlockPoolTest, WriteQuantisesEachTokensHeadRowWithItsOwnScale) {
         EXPECT_GE(scale, max_abs / 127) << t << "," << head;
         EXPECT_LE(scale, max_abs / 127 * (1 + 0x1p-7)) << t << "," << head;
         for (int64_t c = 0; c < 8; ++c) {
-          EXPECT_LE(std::fabs(rows[(t % 4) * 8 + c] * scale - src[t * 16 + head * 8 + c]),
+          const int64_t at =
+              keys ? core::Int8KeyOffset(4, 8, t % 4, c) : core::Int8ValueOffset(4, 8, t % 4, c);
+          EXPECT_LE(std::fabs(rows[at] * scale - src[t * 16 + head * 8 + c]),
                     scale / 2 * (1 + 1e-6))
               << t << "," << head << "," << c;
         }
       }
     }
   }
+}
+
+// The block layout puts every element of every row at its own byte of the block's
+// block_rows · dim (tiles of 16 keys and groups of 4 values, a last partial one included; an odd
+// last column), keys in 32-byte runs of one column pair of a full tile's sixteen rows and values
+// in 64-byte runs of sixteen columns of a group's four rows, and a row stored reads back.
+TEST(Int8BlockLayoutTest, EveryElementHasItsOwnByteAndRowsReadBack) {
+  for (const int64_t block_rows : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{20}, int64_t{32}}) {
+    for (const int64_t dim : {int64_t{3}, int64_t{8}, int64_t{64}}) {
+      SCOPED_TRACE(::testing::Message() << block_rows << " rows of " << dim);
+      std::vector<int> key_uses(block_rows * dim), value_uses(block_rows * dim);
+      for (int64_t r = 0; r < block_rows; ++r) {
+        for (int64_t i = 0; i < dim; ++i) {
+          ++key_uses.at(core::Int8KeyOffset(block_rows, dim, r, i));
+          ++value_uses.at(core::Int8ValueOffset(block_rows, dim, r, i));
+        }
+      }
+      for (int64_t b = 0; b < block_rows * dim; ++b) {
+        EXPECT_EQ(key_uses[b], 1) << b;
+        EXPECT_EQ(value_uses[b], 1) << b;
+      }
+      std::vector<int8_t> keys(block_rows * dim), values(block_rows * dim), row(dim), back(dim);
+      for (int64_t r = 0; r < block_rows; ++r) {
+        for (int64_t i = 0; i < dim; ++i) row[i] = static_cast<int8_t>(r * 7 + i - 60);
+        core::StoreInt8KeyRow(row.data(), block_rows, dim, r, keys.data());
+        core::StoreInt8ValueRow(row.data(), block_rows, dim, r, values.data());
+      }
+      for (int64_t r = 0; r < block_rows; ++r) {
+        for (int64_t i = 0; i < dim; ++i) {
+          row[i] = static_cast<int8_t>(r * 7 + i - 60);
+          EXPECT_EQ(keys[core::Int8KeyOffset(block_rows, dim, r, i)], row[i]) << r << "," << i;
+          EXPECT_EQ(values[core::Int8ValueOffset(block_rows, dim, r, i)], row[i]) << r << "," << i;
+        }
+        core::LoadInt8KeyRow(keys.data(), block_rows, dim, r, back.data());
+        EXPECT_EQ(back, row) << "key row " << r;
+        core::LoadInt8ValueRow(values.data(), block_rows, dim, r, back.data());
+        EXPECT_EQ(back, row) << "value row " << r;
+      }
+    }
+  }
+  // What the integer kernel reads in one load.
+  EXPECT_EQ(core::Int8KeyOffset(32, 64, 16 + 5, 2 * 7 + 1), 16 * 64 + 32 * 7 + 2 * 5 + 1);
+  EXPECT_EQ(core::Int8ValueOffset(32, 64, 8 + 2, 16 + 3), 8 * 64 + 4 * (16 + 3) + 2);
 }
 
 // ---- Decoding over an int8 cache against an fp32 cache --------------------------------------

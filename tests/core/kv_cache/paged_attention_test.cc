@@ -43,6 +43,17 @@ struct KeyRun {
   std::vector<int8_t> k8{}, v8{};              // ...or as int8 storage,
   std::vector<uint16_t> k_scale{}, v_scale{};  // with a scale per row.
   std::vector<float> k_exact{}, v_exact{};     // [count, head_dim]: what the kernel reads.
+  // int8 only: the rows as an int8 cache block lays them out (int8_rows.h), `count` rounded up to
+  // a multiple of 16; the rows past `count` and their scales are garbage that must not be read
+  // into the output.
+  std::vector<int8_t> k_block{}, v_block{};
+  std::vector<uint16_t> k_block_scale{}, v_block_scale{};
+};
+
+// How SegmentOf hands an int8 run to the kernel.
+enum class Int8Layout {
+  kCacheBlock,   // As an int8 cache block (what the cache gives the kernel).
+  kStridedRows,  // As rows kLd · head_dim apart.
 };
 
 KeyRun MakeRun(KvElementType type, int64_t count, int64_t dim, std::mt19937& rng) {
@@ -79,17 +90,46 @@ KeyRun MakeRun(KvElementType type, int64_t count, int64_t dim, std::mt19937& rng
   return run;
 }
 
-KvSegment SegmentOf(const KeyRun& run, int64_t dim) {
+// Lays out run.k8 / run.v8 and their scales as an int8 cache block, garbage past `count`.
+void LayOutBlock(KeyRun& run, int64_t dim) {
+  const int64_t block_rows = (run.count + 15) / 16 * 16;
+  std::mt19937 rng(static_cast<unsigned>(run.count));
+  std::uniform_int_distribution<int> byte(-128, 127);
+  for (auto* block : {&run.k_block, &run.v_block}) {
+    block->resize(block_rows * dim);
+    for (int8_t& x : *block) x = static_cast<int8_t>(byte(rng));
+  }
+  for (int64_t r = 0; r < run.count; ++r) {
+    core::StoreInt8KeyRow(&run.k8[r * kLd * dim], block_rows, dim, r, run.k_block.data());
+    core::StoreInt8ValueRow(&run.v8[r * kLd * dim], block_rows, dim, r, run.v_block.data());
+  }
+  constexpr uint16_t kNanScale = 0x7fc0;
+  run.k_block_scale = run.k_scale;
+  run.v_block_scale = run.v_scale;
+  run.k_block_scale.resize(block_rows, kNanScale);
+  run.v_block_scale.resize(block_rows, kNanScale);
+}
+
+// The run as the kernel reads it; an int8 run's block is laid out from its rows as they are now.
+KvSegment SegmentOf(KeyRun& run, int64_t dim, Int8Layout layout = Int8Layout::kCacheBlock) {
   KvSegment segment{
       .k = run.k.data(), .v = run.v.data(), .count = run.count, .ld = kLd * dim, .type = run.type};
   if (run.type == KvElementType::kBFloat16) {
     segment.k = run.k16.data();
     segment.v = run.v16.data();
-  } else if (run.type == KvElementType::kInt8) {
+  } else if (run.type == KvElementType::kInt8 && layout == Int8Layout::kStridedRows) {
     segment.k = run.k8.data();
     segment.v = run.v8.data();
     segment.k_scale = run.k_scale.data();
     segment.v_scale = run.v_scale.data();
+  } else if (run.type == KvElementType::kInt8) {
+    LayOutBlock(run, dim);
+    segment.k = run.k_block.data();
+    segment.v = run.v_block.data();
+    segment.ld = dim;
+    segment.k_scale = run.k_block_scale.data();
+    segment.v_scale = run.v_block_scale.data();
+    segment.int8_block_rows = static_cast<int64_t>(run.k_block_scale.size());
   }
   return segment;
 }
@@ -196,12 +236,8 @@ TEST_P(PagedAttentionTest, EqualsDoublePrecisionReference) {
   std::vector<KeyRun> runs;
   for (int64_t count : {16, 16, 7, 1, 6}) runs.push_back(MakeRun(c.cache_type, count, dim, rng));
   if (c.own_fp32_key) runs.push_back(MakeRun(KvElementType::kFloat32, 1, dim, rng));
-  std::vector<KvSegment> segments;
   int64_t keys = 0;
-  for (const KeyRun& run : runs) {
-    segments.push_back(SegmentOf(run, dim));
-    keys += run.count;
-  }
+  for (const KeyRun& run : runs) keys += run.count;
   std::vector<float> q(dim);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& x : q) x = normal(rng);
@@ -209,47 +245,54 @@ TEST_P(PagedAttentionTest, EqualsDoublePrecisionReference) {
   std::vector<uint8_t> mask(keys);
   for (int64_t j = 0; j < keys; ++j) mask[j] = j % 5 != 2;
 
-  // The integer kernel takes rows of 64- and 128-wide heads whose keys are all int8.
-  const bool integer_kernel = core::HasInt8DotKernel() && c.cache_type == KvElementType::kInt8 &&
-                              !c.own_fp32_key && (dim == 64 || dim == 128);
-  for (const bool int8_dot : {false, true}) {
-    if (int8_dot && !integer_kernel) continue;
-    const std::vector<float> q_read = int8_dot ? RoundedToInt16Grid(q) : q;
-    for (const bool masked : {false, true}) {
-      for (const int64_t limit : {keys, keys - 3, int64_t{17}, int64_t{1}}) {
-        for (const PrefetchTarget prefetch : {PrefetchTarget::kL1, PrefetchTarget::kL2}) {
-          SCOPED_TRACE(::testing::Message()
-                       << (int8_dot ? "integer" : "portable") << " kernel, masked " << masked
-                       << ", limit " << limit << ", prefetch to L"
-                       << (prefetch == PrefetchTarget::kL1 ? 1 : 2));
-          const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
-          const RowAttention a{.segments = segments,
-                               .keys = keys,
-                               .head_dim = dim,
-                               .scale = scale,
-                               .visible_limit = limit,
-                               .explicit_row = masked ? mask.data() : nullptr,
-                               .prefetch = prefetch,
-                               .int8_dot = int8_dot};
-          std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
-          AttendRow(a, q.data(), probabilities.data(), out.data());
-          const std::vector<double> expected = Reference(runs, q_read, scale, limit, row_mask);
-          WeightRounding rounding{.largest_error = std::vector<double>(dim, 0.0)};
-          if (int8_dot) rounding = WeightRoundingOf(runs, probabilities, limit, dim);
-          for (int64_t i = 0; i < dim; ++i) {
-            EXPECT_NEAR(out[i], expected[i], 1e-5 + rounding.largest_error[i]) << "element " << i;
-          }
-          // The roundings' errors are as spread as independent ones of their step: a coarser
-          // grid (7 bits instead of 8) doubles this.
-          EXPECT_LE(RmsDifference(out, expected), 1e-6 + 1.5 * rounding.rms_error);
-          double sum = 0.0;
-          for (int64_t j = 0; j < keys; ++j) {
-            if (j >= limit || (masked && mask[j] == 0)) {
-              EXPECT_EQ(probabilities[j], 0.0f) << j;
+  for (const Int8Layout layout : {Int8Layout::kCacheBlock, Int8Layout::kStridedRows}) {
+    if (layout == Int8Layout::kStridedRows && c.cache_type != KvElementType::kInt8) continue;
+    std::vector<KvSegment> segments;
+    for (KeyRun& run : runs) segments.push_back(SegmentOf(run, dim, layout));
+    // The integer kernel takes rows of 64- and 128-wide heads whose keys are all int8 blocks.
+    const bool integer_kernel = core::HasInt8DotKernel() && c.cache_type == KvElementType::kInt8 &&
+                                !c.own_fp32_key && (dim == 64 || dim == 128) &&
+                                layout == Int8Layout::kCacheBlock;
+    for (const bool int8_dot : {false, true}) {
+      if (int8_dot && !integer_kernel) continue;
+      const std::vector<float> q_read = int8_dot ? RoundedToInt16Grid(q) : q;
+      for (const bool masked : {false, true}) {
+        for (const int64_t limit : {keys, keys - 3, int64_t{17}, int64_t{1}}) {
+          for (const PrefetchTarget prefetch : {PrefetchTarget::kL1, PrefetchTarget::kL2}) {
+            SCOPED_TRACE(::testing::Message()
+                         << (int8_dot ? "integer" : "portable") << " kernel, int8 "
+                         << (layout == Int8Layout::kCacheBlock ? "blocks" : "rows") << ", masked "
+                         << masked << ", limit " << limit << ", prefetch to L"
+                         << (prefetch == PrefetchTarget::kL1 ? 1 : 2));
+            const std::vector<uint8_t> row_mask = masked ? mask : std::vector<uint8_t>{};
+            const RowAttention a{.segments = segments,
+                                 .keys = keys,
+                                 .head_dim = dim,
+                                 .scale = scale,
+                                 .visible_limit = limit,
+                                 .explicit_row = masked ? mask.data() : nullptr,
+                                 .prefetch = prefetch,
+                                 .int8_dot = int8_dot};
+            std::vector<float> probabilities(keys, -1.0f), out(dim, -1.0f);
+            AttendRow(a, q.data(), probabilities.data(), out.data());
+            const std::vector<double> expected = Reference(runs, q_read, scale, limit, row_mask);
+            WeightRounding rounding{.largest_error = std::vector<double>(dim, 0.0)};
+            if (int8_dot) rounding = WeightRoundingOf(runs, probabilities, limit, dim);
+            for (int64_t i = 0; i < dim; ++i) {
+              EXPECT_NEAR(out[i], expected[i], 1e-5 + rounding.largest_error[i]) << "element " << i;
             }
-            sum += probabilities[j];
+            // The roundings' errors are as spread as independent ones of their step: a coarser
+            // grid (7 bits instead of 8) doubles this.
+            EXPECT_LE(RmsDifference(out, expected), 1e-6 + 1.5 * rounding.rms_error);
+            double sum = 0.0;
+            for (int64_t j = 0; j < keys; ++j) {
+              if (j >= limit || (masked && mask[j] == 0)) {
+                EXPECT_EQ(probabilities[j], 0.0f) << j;
+              }
+              sum += probabilities[j];
+            }
+            EXPECT_NEAR(sum, 1.0, 1e-5);
           }
-          EXPECT_NEAR(sum, 1.0, 1e-5);
         }
       }
     }
@@ -305,7 +348,7 @@ TEST_P(PagedAttentionTest, FindsTheLargestScoreWhereverItsKeySits) {
     while (row >= with_top[run].count) row -= with_top[run++].count;
     SetKeyRow(with_top[run], row, top_key);
     std::vector<KvSegment> segments;
-    for (const KeyRun& r : with_top) segments.push_back(SegmentOf(r, dim));
+    for (KeyRun& r : with_top) segments.push_back(SegmentOf(r, dim));
     const RowAttention a{
         .segments = segments, .keys = keys, .head_dim = dim, .scale = scale, .visible_limit = keys};
     std::vector<float> probabilities(keys), out(dim);
@@ -374,7 +417,7 @@ TEST(Int8DotKernelTest, ANonFiniteValueRowMakesTheOutputNaN) {
       runs[1].v_scale[bad_row] = core::QuantizeInt8Row(&runs[1].v[bad_row * kLd * dim], dim,
                                                        &runs[1].v8[bad_row * kLd * dim]);
       std::vector<KvSegment> segments;
-      for (const KeyRun& run : runs) segments.push_back(SegmentOf(run, dim));
+      for (KeyRun& run : runs) segments.push_back(SegmentOf(run, dim));
       std::vector<float> q(dim, 0.1f), probabilities(48), out(dim);
       for (const bool int8_dot : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "d " << dim << ", bad row " << bad_row
@@ -403,7 +446,7 @@ TEST(Int8DotKernelTest, AgreesWithThePortableKernel) {
     std::vector<KeyRun> runs;
     std::vector<KvSegment> segments;
     for (int b = 0; b < 40; ++b) runs.push_back(MakeRun(KvElementType::kInt8, 16, dim, rng));
-    for (const KeyRun& run : runs) segments.push_back(SegmentOf(run, dim));
+    for (KeyRun& run : runs) segments.push_back(SegmentOf(run, dim));
     const int64_t keys = 40 * 16;
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> random(dim);
@@ -466,6 +509,7 @@ INSTANTIATE_TEST_SUITE_P(Widths, PagedAttentionTest,
                                            KernelCase{64, KvElementType::kBFloat16, true},
                                            KernelCase{128, KvElementType::kBFloat16, true},
                                            KernelCase{48, KvElementType::kBFloat16, true},
+                                           KernelCase{32, KvElementType::kInt8, false},
                                            KernelCase{32, KvElementType::kInt8, true},
                                            KernelCase{64, KvElementType::kInt8, false},
                                            KernelCase{64, KvElementType::kInt8, true},
