@@ -43,6 +43,9 @@ template <int kLocality>
     if (scales != nullptr) __builtin_prefetch(scales, 0, 2);
     return PrefetchRowsTo<2>(rows, seg, head_dim);
   }
+  // An int8 block's rows of one head are 1-2 KB: from the L3 the hardware brings them in time,
+  // and the prefetches only cost issue slots (the integer kernel ran 1.2-1.3x faster without).
+  if (seg.int8_block_rows > 0) return;
   if (scales != nullptr) __builtin_prefetch(scales, 0, 3);
   PrefetchRowsTo<3>(rows, seg, head_dim);
 }
