@@ -23,7 +23,8 @@
 //                         included: their 4 MiB of weights are read too).
 //   BM_PagedDecodeKernel  the attention kernel alone: B:1/P:2048 for that step (8 heads × 2048
 //                         keys), bytes = the K and V read (2 × 2048 × 512 × 4 = 8.4 MB fp32, × 2 =
-//                         4.2 MB bf16); B:64/P:128 for BM_DecodeBatched's (33.6 MB fp32).
+//                         4.2 MB bf16); B:64/P:128 for BM_DecodeBatched's (33.6 MB fp32);
+//                         int8:2 reads an int8 cache with the fp32 kernel (CPUs without VNNI).
 // The machine's read bandwidth they compare with is BM_MemoryRead (ceiling_bench.cc).
 // Counters: tokens/s (items) and bytes/s (K/V bytes read: 4, 2 or 1 per element, and int8's
 // scales). After each step the
@@ -263,7 +264,8 @@ BENCHMARK(BM_DecodeGrowing)
 
 void BM_PagedDecodeKernel(benchmark::State& state) {
   const int64_t b = state.range(0), past = state.range(1), dk = kD / kHeads;
-  const bool bf16 = state.range(2) != 0, int8 = state.range(3) != 0;
+  // int8:2 is the int8 cache read by the fp32 kernel, as on CPUs without AVX-512 VNNI.
+  const bool bf16 = state.range(2) != 0, int8 = state.range(3) != 0, int8_dot = state.range(3) != 2;
   if (!CanRun(state, bf16)) return;
   DecodeSetup s(b, past, bf16, int8);
   const int64_t bt = s.pool->options().block_tokens;
@@ -279,7 +281,8 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
                             .ld = dk,
                             .type = s.pool->element_type(),
                             .k_scale = s.pool->key_scales(seq.blocks[blk], head),
-                            .v_scale = s.pool->value_scales(seq.blocks[blk], head)});
+                            .v_scale = s.pool->value_scales(seq.blocks[blk], head),
+                            .int8_block_rows = int8 ? bt : 0});
       }
     }
   }
@@ -298,7 +301,8 @@ void BM_PagedDecodeKernel(benchmark::State& state) {
                                  .head_dim = dk,
                                  .scale = 0.125f,
                                  .visible_limit = past,
-                                 .prefetch = prefetch};
+                                 .prefetch = prefetch,
+                                 .int8_dot = int8_dot};
       core::AttendRow(a, q.data() + item * dk, probabilities.data() + omp_get_thread_num() * past,
                       out.data() + item * dk);
     }
@@ -311,6 +315,7 @@ BENCHMARK(BM_PagedDecodeKernel)
     ->Args({1, 2048, 0, 0})
     ->Args({1, 2048, 1, 0})
     ->Args({1, 2048, 0, 1})
+    ->Args({1, 2048, 0, 2})
     ->Args({64, 128, 0, 0})
     ->Args({64, 128, 1, 0})
     ->Args({64, 128, 0, 1})
