@@ -34,8 +34,7 @@ namespace {
 
 using row_prefetch::PrefetchRows;
 using row_softmax::MaskAndMax;
-using row_softmax::RowOutcome;
-using row_softmax::SoftmaxRow;
+using row_softmax::SoftmaxRowOrAnswer;
 
 constexpr int64_t kQueryMax = 32767;  // The int16 query's largest |element|.
 // Segments prefetched ahead, as the portable kernel does (4 and 8 measured no faster).
@@ -208,15 +207,8 @@ ATTNSERVE_INT8_DOT_TARGET bool AttendRowDim(const RowAttention& a, const float* 
   for (int64_t si = 0; si < std::min<int64_t>(segments, kAhead); ++si) {
     PrefetchRows(a.segments[si].v, a.segments[si], kDim, a.prefetch);
   }
-  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
-    case RowOutcome::kAllBlocked:
-      std::fill(out, out + kDim, 0.0f);
-      return true;
-    case RowOutcome::kNoFiniteScore:
-      std::fill(out, out + kDim, std::numeric_limits<float>::quiet_NaN());
-      return true;
-    case RowOutcome::kProbabilities:
-      break;
+  if (!SoftmaxRowOrAnswer(probabilities, limit, a.keys, max_score, open_keys, out, kDim)) {
+    return true;
   }
   // Every loop over acc (and the tiles' sums) is unrolled by pragma: GCC keeps an array in
   // registers only when no access to it is left inside a loop when it decides.

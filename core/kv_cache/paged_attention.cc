@@ -28,6 +28,7 @@ using row_prefetch::PrefetchRows;
 using row_softmax::MaskAndMax;
 using row_softmax::RowOutcome;
 using row_softmax::SoftmaxRow;
+using row_softmax::SoftmaxRowOrAnswer;
 using row_vectors::Group;
 using row_vectors::HorizontalSum;
 using row_vectors::HorizontalSum4;
@@ -260,16 +261,7 @@ ATTNSERVE_INLINE void AttendRowVec(const RowAttention& a, const float* q_row, fl
   for (int64_t si = 0; si < std::min<int64_t>(segments, 2); ++si) {
     PrefetchRows(a.segments[si].v, a.segments[si], kDim, a.prefetch);
   }
-  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
-    case RowOutcome::kAllBlocked:
-      std::fill(out, out + kDim, 0.0f);
-      return;
-    case RowOutcome::kNoFiniteScore:
-      std::fill(out, out + kDim, std::numeric_limits<float>::quiet_NaN());
-      return;
-    case RowOutcome::kProbabilities:
-      break;
-  }
+  if (!SoftmaxRowOrAnswer(probabilities, limit, a.keys, max_score, open_keys, out, kDim)) return;
   Vec16 acc[kParts] = {};
   key = 0;
   for (int64_t si = 0; si < segments && key < limit; ++si) {
@@ -375,16 +367,7 @@ ATTNSERVE_INLINE void AttendRowInt8Blocks(const RowAttention& a, const float* q,
     ScoreInt8Block<kDim>(a, a.segments[si], n, key, q, probabilities, max_score, open_keys);
     key += n;
   }
-  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
-    case RowOutcome::kAllBlocked:
-      std::fill(out, out + kDim, 0.0f);
-      return;
-    case RowOutcome::kNoFiniteScore:
-      std::fill(out, out + kDim, std::numeric_limits<float>::quiet_NaN());
-      return;
-    case RowOutcome::kProbabilities:
-      break;
-  }
+  if (!SoftmaxRowOrAnswer(probabilities, limit, a.keys, max_score, open_keys, out, kDim)) return;
   Vec16 acc[kDim / kVecFloats] = {};
   key = 0;
   for (int64_t si = 0; si < segments && key < limit; ++si) {
@@ -423,15 +406,7 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
     }
     if (key >= limit) break;
   }
-  switch (SoftmaxRow(probabilities, limit, a.keys, max_score, open_keys)) {
-    case RowOutcome::kAllBlocked:
-      return;
-    case RowOutcome::kNoFiniteScore:
-      std::fill(out, out + dim, std::numeric_limits<float>::quiet_NaN());
-      return;
-    case RowOutcome::kProbabilities:
-      break;
-  }
+  if (!SoftmaxRowOrAnswer(probabilities, limit, a.keys, max_score, open_keys, out, dim)) return;
   AddValues(a, probabilities, limit, out, dim);
 }
 

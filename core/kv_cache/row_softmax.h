@@ -44,6 +44,25 @@ enum class RowOutcome {
   return RowOutcome::kProbabilities;
 }
 
+// SoftmaxRow; for a row it leaves without probabilities, also its output out[0, dim): zeros for
+// a row whose keys are all blocked, NaN for one with no finite score. True when the probabilities
+// are there for the values to be weighed with.
+[[gnu::always_inline]] inline bool SoftmaxRowOrAnswer(float* scores, int64_t limit, int64_t keys,
+                                                      float max_score, int64_t open_keys,
+                                                      float* out, int64_t dim) {
+  switch (SoftmaxRow(scores, limit, keys, max_score, open_keys)) {
+    case RowOutcome::kAllBlocked:
+      std::fill(out, out + dim, 0.0f);
+      return false;
+    case RowOutcome::kNoFiniteScore:
+      std::fill(out, out + dim, std::numeric_limits<float>::quiet_NaN());
+      return false;
+    case RowOutcome::kProbabilities:
+      break;
+  }
+  return true;
+}
+
 // Marks scores[key, key + n) of keys the row's explicit mask blocks as -∞, and folds the rest
 // into the row's maximum (a NaN score leaves it as it was) and its count of open keys.
 [[gnu::always_inline]] inline void MaskAndMax(const uint8_t* explicit_row, int64_t key, int64_t n,
