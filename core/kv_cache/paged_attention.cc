@@ -413,13 +413,17 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
 #undef ATTNSERVE_INLINE
 
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
+// For a row ReadsInt8Blocks takes.
+ATTNSERVE_PER_ISA_CLONES void AttendRowInt8BlocksClones(const RowAttention& a, const float* q,
+                                                        float* probabilities, float* out) {
+  return a.head_dim == 32   ? AttendRowInt8Blocks<32>(a, q, probabilities, out)
+         : a.head_dim == 64 ? AttendRowInt8Blocks<64>(a, q, probabilities, out)
+                            : AttendRowInt8Blocks<128>(a, q, probabilities, out);
+}
+
+// For every other row (AttendRow copies int8 blocks out to rows first).
 ATTNSERVE_PER_ISA_CLONES void AttendRowClones(const RowAttention& a, const float* q,
                                               float* probabilities, float* out) {
-  if (ReadsInt8Blocks(a)) {
-    return a.head_dim == 32   ? AttendRowInt8Blocks<32>(a, q, probabilities, out)
-           : a.head_dim == 64 ? AttendRowInt8Blocks<64>(a, q, probabilities, out)
-                              : AttendRowInt8Blocks<128>(a, q, probabilities, out);
-  }
   // The element order of the row's first segment (LoadGroup): fp32 natural, bf16 paired, int8 in
   // fours (in pairs for 32-wide heads).
   const KvElementType type = a.segments.empty() ? KvElementType::kFloat32 : a.segments[0].type;
@@ -579,7 +583,7 @@ PrefetchTarget PrefetchTargetFor(int64_t kv_bytes) {
 
 void AttendRow(const RowAttention& a, const float* q, float* probabilities, float* out) {
   if (a.int8_dot && AttendRowInt8Dot(a, q, probabilities, out)) return;
-  if (ReadsInt8Blocks(a)) return AttendRowClones(a, q, probabilities, out);
+  if (ReadsInt8Blocks(a)) return AttendRowInt8BlocksClones(a, q, probabilities, out);
   // A head width other than 32, 64 and 128, blocks of other than whole tiles, mixed types.
   Int8RowsScratch& scratch = int8_rows_scratch;
   AttendRowClones(WithInt8BlocksAsRows(a, scratch.rows, scratch.segments), q, probabilities, out);
