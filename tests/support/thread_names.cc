@@ -7,15 +7,25 @@
 
 namespace attnserve::testing {
 
-int CountThreadsNamed(std::string_view name) {
-  int count = 0;
+std::set<int> ThreadIdsNamed(std::string_view name) {
+  std::set<int> tids;
   std::error_code error;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
-    std::ifstream comm(task.path() / "comm");
-    std::string line;
-    if (std::getline(comm, line) && line == name) ++count;
+    const int tid = std::stoi(task.path().filename().string());
+    if (ThreadName(tid) == name) tids.insert(tid);
   }
-  return count;
+  return tids;
+}
+
+int CountThreadsNamed(std::string_view name) {
+  return static_cast<int>(ThreadIdsNamed(name).size());
+}
+
+std::optional<std::string> ThreadName(int tid) {
+  std::ifstream comm("/proc/self/task/" + std::to_string(tid) + "/comm");
+  std::string line;
+  if (!std::getline(comm, line)) return std::nullopt;
+  return line;
 }
 
 }  // namespace attnserve::testing
