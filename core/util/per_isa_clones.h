@@ -1,5 +1,8 @@
 // ATTNSERVE_PER_ISA_CLONES: put before a function definition to compile it once per x86 ISA level
-// (AVX-512, AVX2, baseline) and pick the best at load time (GCC/Clang function multi-versioning).
+// (AVX-512; x86-64-v3, i.e. AVX2 with FMA; baseline) and pick the best at load time (GCC/Clang
+// function multi-versioning). The middle level is x86-64-v3 rather than "avx2", which leaves out
+// FMA (every AVX2 CPU since Haswell and Zen has it): with it the AVX2 softmax runs 1.2-1.4x and
+// the int8 decode kernel 1.1-1.8x faster.
 //
 // The project builds for baseline x86-64 (SSE2); short vectorised loops that are bandwidth- or
 // exp-bound only reach the machine's speed on its full vector width. ThreadSanitizer instruments
@@ -18,7 +21,8 @@
 #if defined(__SANITIZE_THREAD__)
 #define ATTNSERVE_PER_ISA_CLONES
 #else
-#define ATTNSERVE_PER_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define ATTNSERVE_PER_ISA_CLONES \
+  __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #endif
 
 #endif  // ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
