@@ -30,9 +30,12 @@ using row_softmax::RowOutcome;
 using row_softmax::SoftmaxRow;
 using row_softmax::SoftmaxRowOrAnswer;
 using row_vectors::Group;
+using row_vectors::HorizontalMax;
 using row_vectors::HorizontalSum;
+using row_vectors::HorizontalSum16;
 using row_vectors::HorizontalSum4;
 using row_vectors::kVecFloats;
+using row_vectors::Load16;
 using row_vectors::LoadGroup;
 using row_vectors::StoreGroup;
 using row_vectors::ToFloat;
@@ -41,6 +44,7 @@ using row_vectors::Vec16;
 // The helpers are always inlined: each must be compiled into every ISA clone of AttendRow (a
 // helper left out of line is compiled once, for baseline SSE2).
 #define ATTNSERVE_INLINE [[gnu::always_inline]] inline
+#define ATTNSERVE_LAMBDA_INLINE __attribute__((always_inline))
 
 ATTNSERVE_INLINE float Dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
@@ -171,8 +175,9 @@ ATTNSERVE_INLINE float KeyScale(const KvSegment& seg, int64_t r) {
   }
 }
 
-// Scores of keys [key, key + n) from `seg` (rows of T), four keys at a time, with AttendRow's
-// semantics: blocked keys -∞, the maximum over the others (NaN ignored) and their count.
+// Scores of keys [key, key + n) from `seg` (rows of T), sixteen keys at a time, then four, then
+// one, with AttendRow's semantics: blocked keys -∞, the maximum over the others (NaN ignored) and
+// their count.
 template <int64_t kDim, int kG, typename T>
 ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, int64_t n,
                                    int64_t key, const Vec16 (&q)[kDim / kVecFloats], float* scores,
@@ -180,6 +185,23 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
   const T* k = static_cast<const T*>(seg.k);
   const int64_t ld = seg.ld;
   int64_t r = 0;
+  // Sixteen keys a vector: their scores stored at once and, with no explicit mask, their maximum
+  // taken on vectors (two scalar passes per key cost as much as its dot product in bf16).
+  Vec16 max16 = Vec16{} - std::numeric_limits<float>::infinity();
+  for (; r + kVecFloats <= n; r += kVecFloats) {
+    Vec16 s = HorizontalSum16(
+        [&](int64_t i) ATTNSERVE_LAMBDA_INLINE { return DotLanes<kDim, kG>(q, k + (r + i) * ld); });
+    if constexpr (std::is_same_v<T, int8_t>) s *= Load16(seg.k_scale + r);
+    s = a.scale * s;
+    std::memcpy(scores + key + r, &s, sizeof s);
+    max16 = s > max16 ? s : max16;  // A NaN score leaves the maximum as it was.
+  }
+  // The keys MaskAndMax still has to see.
+  const int64_t vector_keys = a.explicit_row == nullptr ? r : 0;
+  if (vector_keys > 0) {
+    max_score = std::max(max_score, HorizontalMax(max16));
+    open_keys += vector_keys;
+  }
   for (; r + 4 <= n; r += 4) {
     const Vec16 sums = HorizontalSum4(
         DotLanes<kDim, kG>(q, k + r * ld), DotLanes<kDim, kG>(q, k + (r + 1) * ld),
@@ -192,7 +214,7 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
     scores[key + r] =
         a.scale * (HorizontalSum(DotLanes<kDim, kG>(q, k + r * ld)) * KeyScale<T>(seg, r));
   }
-  MaskAndMax(a.explicit_row, key, n, scores, max_score, open_keys);
+  MaskAndMax(a.explicit_row, key + vector_keys, n - vector_keys, scores, max_score, open_keys);
 }
 
 // acc += Σ p[r] · V row r over n rows of `seg`, acc in kG order; zero probabilities skipped
@@ -411,6 +433,7 @@ ATTNSERVE_INLINE void AttendRowAnyWidth(const RowAttention& a, const float* q, f
 }
 
 #undef ATTNSERVE_INLINE
+#undef ATTNSERVE_LAMBDA_INLINE
 
 // Compiled per ISA level: the loops above are bandwidth-bound only on the full vector width.
 // For a row ReadsInt8Blocks takes.

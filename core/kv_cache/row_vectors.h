@@ -158,6 +158,53 @@ template <int kG>
   return t;
 }
 
+// Σ lanes of sixteen vectors, the sum of vector i in lane i; `lanes(i)` gives vector i. The tree
+// is HorizontalSum's and HorizontalSum4's (lane l + lane l+8, then +4, +2, +1), so a key's score is
+// the same whichever of the three summed it. Pairs are combined as they come (vector 2k with 2k+1,
+// then those results pairwise), so at most five partial results are live: 45 operations for sixteen
+// keys, where HorizontalSum4 takes 52 and leaves each sum in a lane of its own vector.
+template <typename Lanes>
+[[gnu::always_inline]] inline Vec16 HorizontalSum16(Lanes&& lanes) {
+  // Two vectors' sums over lane pairs l, l+8: the first's eight in lanes 0-7, the second's in 8-15.
+  const auto eights = [&](int64_t i) __attribute__((always_inline)) {
+    const Vec16 a = lanes(i), b = lanes(i + 1);
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30,
+                                   31);
+  };
+  // Four vectors' sums: four partial sums each, in lanes 4k..4k+3.
+  const auto fours = [&](int64_t i) __attribute__((always_inline)) {
+    const Vec16 c = eights(i), d = eights(i + 2);
+    return __builtin_shufflevector(c, d, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(c, d, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30,
+                                   31);
+  };
+  // Eight vectors' sums: two partial sums each, in lanes 2k and 2k+1.
+  const auto twos = [&](int64_t i) __attribute__((always_inline)) {
+    const Vec16 e = fours(i), f = fours(i + 4);
+    return __builtin_shufflevector(e, f, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(e, f, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30,
+                                   31);
+  };
+  const Vec16 g = twos(0), h = twos(8);
+  return __builtin_shufflevector(g, h, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(g, h, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// The largest lane of m, whose lanes are not NaN.
+[[gnu::always_inline]] inline float HorizontalMax(const Vec16& m) {
+  Vec16 v = m, t;
+  t = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v = t > v ? t : v;
+  t = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+  v = t > v ? t : v;
+  t = __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+  v = t > v ? t : v;
+  t = __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+  v = t > v ? t : v;
+  return v[0];
+}
+
 }  // namespace attnserve::core::row_vectors
 
 #endif  // ATTNSERVE_CORE_KV_CACHE_ROW_VECTORS_H_
