@@ -35,7 +35,6 @@ using row_vectors::HorizontalSum;
 using row_vectors::HorizontalSum16;
 using row_vectors::HorizontalSum4;
 using row_vectors::kVecFloats;
-using row_vectors::Load16;
 using row_vectors::LoadGroup;
 using row_vectors::StoreGroup;
 using row_vectors::ToFloat;
@@ -186,15 +185,18 @@ ATTNSERVE_INLINE void ScoreSegment(const RowAttention& a, const KvSegment& seg, 
   const int64_t ld = seg.ld;
   int64_t r = 0;
   // Sixteen keys a vector: their scores stored at once and, with no explicit mask, their maximum
-  // taken on vectors (two scalar passes per key cost as much as its dot product in bf16).
+  // taken on vectors (two scalar passes per key cost as much as its dot product in bf16). Only for
+  // a cache's own element order (fp32 natural, bf16 paired): each instance unrolls sixteen dot
+  // products, and one for every order, type and clone tripled this file's compile time.
   Vec16 max16 = Vec16{} - std::numeric_limits<float>::infinity();
-  for (; r + kVecFloats <= n; r += kVecFloats) {
-    Vec16 s = HorizontalSum16(
-        [&](int64_t i) ATTNSERVE_LAMBDA_INLINE { return DotLanes<kDim, kG>(q, k + (r + i) * ld); });
-    if constexpr (std::is_same_v<T, int8_t>) s *= Load16(seg.k_scale + r);
-    s = a.scale * s;
-    std::memcpy(scores + key + r, &s, sizeof s);
-    max16 = s > max16 ? s : max16;  // A NaN score leaves the maximum as it was.
+  if constexpr ((kG == 1 && std::is_same_v<T, float>) || (kG == 2 && std::is_same_v<T, uint16_t>)) {
+    for (; r + kVecFloats <= n; r += kVecFloats) {
+      const Vec16 s = a.scale * HorizontalSum16([&](int64_t i) ATTNSERVE_LAMBDA_INLINE {
+                        return DotLanes<kDim, kG>(q, k + (r + i) * ld);
+                      });
+      std::memcpy(scores + key + r, &s, sizeof s);
+      max16 = s > max16 ? s : max16;  // A NaN score leaves the maximum as it was.
+    }
   }
   // The keys MaskAndMax still has to see.
   const int64_t vector_keys = a.explicit_row == nullptr ? r : 0;
