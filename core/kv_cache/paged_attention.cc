@@ -6,18 +6,16 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <string>
 #include <type_traits>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/kv_cache/int8_dot_kernel.h"
 #include "core/kv_cache/int8_rows.h"
 #include "core/kv_cache/row_prefetch.h"
 #include "core/kv_cache/row_softmax.h"
 #include "core/kv_cache/row_vectors.h"
+#include "core/util/l3_cache_bytes.h"
 #include "core/util/per_isa_clones.h"
 #include "core/util/row_max.h"
 
@@ -110,27 +108,6 @@ ATTNSERVE_INLINE void AddValue(const KvSegment& seg, int64_t r, float p, float* 
     default:
       return Axpy(p, static_cast<const float*>(seg.v) + r * seg.ld, out, n);
   }
-}
-
-// The L3's size as the kernel reports it in sysfs, or 32 MiB if it cannot be read. Not glibc's
-// sysconf(_SC_LEVEL3_CACHE_SIZE): it decodes cpuid, which a VM may fill in freely (320 MiB on
-// the 2-core development VM, whose L3 is 32 MiB).
-int64_t L3CacheBytes() {
-  for (int index = 0; index < 16; ++index) {
-    const std::string dir = absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", index, "/");
-    std::ifstream level_file(dir + "level");
-    int level = 0;
-    if (!(level_file >> level)) break;
-    if (level != 3) continue;
-    std::ifstream size_file(dir + "size");
-    int64_t size = 0;
-    char unit = ' ';
-    if (!(size_file >> size >> unit) || size <= 0) break;
-    if (unit == 'K') return size << 10;
-    if (unit == 'M') return size << 20;
-    break;
-  }
-  return int64_t{32} << 20;
 }
 
 // out[dim] += Σ probabilities[key] · V[key] over the first `limit` keys of a's segments.
