@@ -150,25 +150,31 @@ absl::Status KvBlockPool::Reserve(KvSequence& seq, int64_t new_tokens) {
   return absl::OkStatus();
 }
 
-int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks) {
+int64_t KvBlockPool::Prefault(int64_t until_block, int64_t max_blocks,
+                              const std::atomic<bool>* stop) {
   const int64_t end =
       std::min({until_block, total_blocks(), touched_ + std::max<int64_t>(0, max_blocks)});
-  if (end <= touched_) return 0;
+  const int64_t first = touched_;
   // One byte per page is enough: the kernel maps and zero-fills the whole page on its first write.
   const int64_t page_bytes = PageBytes();
-  const auto touch = [page_bytes](std::byte* start, int64_t bytes) {
+  const auto touch = [page_bytes, stop](std::byte* start, int64_t bytes) {
     volatile std::byte* const begin = start;
-    for (int64_t offset = 0; offset < bytes; offset += page_bytes) begin[offset] = std::byte{0};
+    for (int64_t offset = 0; offset < bytes; offset += page_bytes) {
+      if (stop != nullptr && stop->load(std::memory_order_relaxed)) return false;
+      begin[offset] = std::byte{0};
+    }
     begin[bytes - 1] = std::byte{0};  // The last page, when the stride stepped over its start.
+    return true;
   };
-  const auto first = static_cast<int32_t>(touched_);
-  touch(Element(first, 0), (end - touched_) * layout_.data_bytes);
-  if (scale_arena_) {
-    touch(reinterpret_cast<std::byte*>(Scales(first, 0)), (end - touched_) * layout_.scale_bytes);
+  for (int64_t block = touched_; block < end; ++block) {
+    const auto id = static_cast<int32_t>(block);
+    if (!touch(Element(id, 0), layout_.data_bytes)) break;
+    if (scale_arena_ && !touch(reinterpret_cast<std::byte*>(Scales(id, 0)), layout_.scale_bytes)) {
+      break;
+    }
+    touched_ = block + 1;
   }
-  const int64_t touched = end - touched_;
-  touched_ = end;
-  return touched;
+  return touched_ - first;
 }
 
 int64_t KvBlockPool::DiscardFreeBlocks(int64_t max_blocks) {

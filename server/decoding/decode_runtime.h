@@ -22,6 +22,7 @@
 #ifndef ATTNSERVE_SERVER_DECODING_DECODE_RUNTIME_H_
 #define ATTNSERVE_SERVER_DECODING_DECODE_RUNTIME_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -119,6 +120,8 @@ class DecodeRuntime {
   // Removes `session` from the open ones and queues its close; its queued steps go to *dropped.
   void CloseLocked(const std::shared_ptr<Session>& session, CloseReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the loop that it has work or a state change: cv_, and wake_ for an idle-time prefault.
+  void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Closing {
     std::shared_ptr<Session> session;
@@ -134,6 +137,10 @@ class DecodeRuntime {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // Work arrived, or a state change for the loop.
+  // Set (under mu_) with every notification of cv_, cleared by the loop before an idle-time
+  // prefault slice, which stops at the next page once it is set: work that arrives meanwhile
+  // waits for one page fault, not for the slice.
+  std::atomic<bool> wake_{false};
   std::condition_variable stopped_cv_;
   absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Session>> to_load_ ABSL_GUARDED_BY(mu_);

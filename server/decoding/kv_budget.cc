@@ -88,7 +88,7 @@ bool KvBudget::PrefaultPending() const {
   return false;
 }
 
-int64_t KvBudget::Prefault(int64_t max_bytes) {
+int64_t KvBudget::Prefault(int64_t max_bytes, const std::atomic<bool>* stop) {
   if (options_.prefault_ahead_bytes == 0) return 0;
   const int64_t room = options_.budget_bytes - TouchedBytes();
   for (auto& [model, entry] : pools_) {
@@ -96,7 +96,7 @@ int64_t KvBudget::Prefault(int64_t max_bytes) {
     const int64_t block_bytes = BlockBytes(pool);
     const int64_t max_blocks =
         std::min(std::max<int64_t>(1, max_bytes / block_bytes), room / block_bytes);
-    if (const int64_t blocks = pool.Prefault(PrefaultTarget(pool), max_blocks); blocks > 0) {
+    if (const int64_t blocks = pool.Prefault(PrefaultTarget(pool), max_blocks, stop); blocks > 0) {
       touched_bytes_.store(TouchedBytes(), std::memory_order_relaxed);
       return blocks * block_bytes;
     }

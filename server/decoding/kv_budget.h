@@ -80,8 +80,9 @@ class KvBudget {
   // Touches the pages of at least one and at most max(1, max_bytes / block bytes) never-used
   // blocks of the first pool with prefault work (core::KvBlockPool::Prefault); returns the bytes
   // touched, 0 when nothing is pending. O(pages touched): callers bound the time of one call with
-  // max_bytes (~2.5 µs per 4 KiB page measured on a 2-core VM).
-  int64_t Prefault(int64_t max_bytes);
+  // max_bytes (1-10 µs per 4 KiB page on the 2-core VMs measured), and `stop` ends it sooner:
+  // once *stop is true it returns before the next page (core::KvBlockPool::Prefault).
+  int64_t Prefault(int64_t max_bytes, const std::atomic<bool>* stop = nullptr);
 
   // Recomputes used_bytes() from the pools (after a forward pass or a release), and gives back
   // free blocks' pages while the resident pages of all pools pass budget_bytes.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -121,6 +122,24 @@ TEST(KvPrefaultTest, PrefaultMapsThePagesOfTheBlocksItTouchesAndNoOthers) {
   const PageCount second = PagesOfBlocks(p, 32, 40);
   EXPECT_EQ(second.resident, second.total);
   EXPECT_EQ(PagesOfBlocks(p, 40, kWideBlocks).resident, 0);
+}
+
+TEST(KvPrefaultTest, PrefaultAskedToStopTouchesNothingAndLaterGoesOn) {
+  auto pool = KvBlockPool::Create(kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  KvBlockPool& p = **pool;
+  ASSERT_EQ(PagesOfBlocks(p, 1, kWideBlocks).resident, 0) << "a fresh arena should be unmapped";
+  std::atomic<bool> stop{true};
+  EXPECT_EQ(p.Prefault(/*until_block=*/8, /*max_blocks=*/8, &stop), 0);
+  EXPECT_EQ(p.touched_blocks(), 0);
+  EXPECT_EQ(PagesOfBlocks(p, 1, kWideBlocks).resident, 0);
+
+  stop = false;
+  EXPECT_EQ(p.Prefault(8, 8, &stop), 8);
+  EXPECT_EQ(p.touched_blocks(), 8);
+  const PageCount touched = PagesOfBlocks(p, 0, 8);
+  EXPECT_EQ(touched.resident, touched.total);
+  EXPECT_EQ(PagesOfBlocks(p, 8, kWideBlocks).resident, 0);
 }
 
 TEST(KvPrefaultTest, PrefaultLeavesTheRowsOfBlocksInUseAlone) {

@@ -3,6 +3,7 @@
 // — and touched_bytes(), the cache's share of the resident set. Then the runtime: its idle loop
 // does it, and Stats() reports it.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -74,6 +75,19 @@ TEST(KvBudgetPrefaultTest, MapsAheadOfThePeakInSlicesAndFollowsItsGrowth) {
   budget.Detach(*m.model, cache);
   EXPECT_EQ(budget.touched_bytes(), 0);
   EXPECT_FALSE(budget.PrefaultPending());
+}
+
+TEST(KvBudgetPrefaultTest, AStoppedSliceTouchesNothingAndLeavesTheWorkPending) {
+  const TestModel m = MakeModel("m", 1, 1);
+  KvBudget budget({.budget_bytes = 256 * kBlockBytes, .prefault_ahead_bytes = 16 * kBlockBytes});
+  ASSERT_TRUE(budget.Attach(*m.model).ok());
+  std::atomic<bool> stop{true};
+  EXPECT_EQ(budget.Prefault(4 * kBlockBytes, &stop), 0);
+  EXPECT_EQ(budget.touched_bytes(), 0);
+  EXPECT_TRUE(budget.PrefaultPending());
+  stop = false;
+  EXPECT_EQ(budget.Prefault(4 * kBlockBytes, &stop), 4 * kBlockBytes);
+  EXPECT_EQ(budget.touched_bytes(), 4 * kBlockBytes);
 }
 
 TEST(KvBudgetPrefaultTest, TouchedPagesOfAllPoolsStayWithinTheBudget) {
