@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <new>
 
@@ -21,6 +22,8 @@ absl::Status Mismatch(const char* field, int64_t expected, int64_t received) {
                    " in the cache, ", received, " in the layer"));
 }
 
+constexpr size_t kHugePageBytes = size_t{2} << 20;  // x86-64's transparent huge page.
+
 int64_t PageBytes() {
   static const int64_t page_bytes = sysconf(_SC_PAGESIZE);
   return page_bytes;
@@ -28,10 +31,27 @@ int64_t PageBytes() {
 
 }  // namespace
 
-std::unique_ptr<std::byte, KvBlockPool::Unmap> KvBlockPool::MapArena(size_t bytes) {
-  void* arena = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (arena == MAP_FAILED) throw std::bad_alloc();
-  return std::unique_ptr<std::byte, Unmap>(static_cast<std::byte*>(arena), Unmap{bytes});
+std::unique_ptr<std::byte, KvBlockPool::Unmap> KvBlockPool::MapArena(size_t bytes,
+                                                                     bool huge_pages) {
+  const auto page = static_cast<size_t>(PageBytes());
+  bytes = (bytes + page - 1) / page * page;
+  huge_pages = huge_pages && bytes >= kHugePageBytes;
+  // A huge page needs a 2 MiB-aligned 2 MiB of the mapping: map one huge page more than needed
+  // and give back the unaligned head and the rest of the tail.
+  const size_t reserve = huge_pages ? bytes + kHugePageBytes : bytes;
+  void* mapped = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  auto* arena = static_cast<std::byte*>(mapped);
+  if (huge_pages) {
+    const size_t head =
+        (kHugePageBytes - reinterpret_cast<uintptr_t>(arena) % kHugePageBytes) % kHugePageBytes;
+    if (head > 0) munmap(arena, head);
+    munmap(arena + head + bytes, reserve - head - bytes);  // Non-empty: head < kHugePageBytes.
+    arena += head;
+    // Advice only: where THP is off (or not built in) the arena keeps 4 KiB pages.
+    madvise(arena, bytes, MADV_HUGEPAGE);
+  }
+  return std::unique_ptr<std::byte, Unmap>(arena, Unmap{bytes});
 }
 
 void KvBlockPool::Unmap::operator()(std::byte* arena) const { munmap(arena, bytes); }
@@ -84,10 +104,11 @@ KvBlockPool::KvBlockPool(const KvCacheIdentity& identity, const KvCacheOptions& 
       layout_(layout),
       block_elements_(2 * options.block_tokens * identity.d_model),
       // block_elements_ is even, so a bf16 arena is a whole number of floats.
-      arena_(MapArena(capacity * static_cast<size_t>(layout.data_bytes))),
-      scale_arena_(layout.scale_bytes > 0
-                       ? MapArena(capacity * static_cast<size_t>(layout.scale_bytes))
-                       : std::unique_ptr<std::byte, Unmap>(nullptr, Unmap{})),
+      arena_(MapArena(capacity * static_cast<size_t>(layout.data_bytes), options.huge_pages)),
+      scale_arena_(
+          layout.scale_bytes > 0
+              ? MapArena(capacity * static_cast<size_t>(layout.scale_bytes), options.huge_pages)
+              : std::unique_ptr<std::byte, Unmap>(nullptr, Unmap{})),
       discarded_flags_(capacity, false) {
   free_.reserve(capacity);
   // Highest id at the bottom so block 0 is handed out first.
@@ -187,6 +208,11 @@ int64_t KvBlockPool::DiscardFreeBlocks(int64_t max_blocks) {
     if (block >= touched_ || discarded_flags_[block]) continue;
     if (madvise(Element(block, 0), static_cast<size_t>(layout_.data_bytes), MADV_DONTNEED) != 0) {
       break;
+    }
+    if (options_.huge_pages) {
+      // Advice only (it can fail where THP is not built in): a collapse would fill the block's
+      // pages again.
+      madvise(Element(block, 0), static_cast<size_t>(layout_.data_bytes), MADV_NOHUGEPAGE);
     }
     discarded_flags_[block] = true;
     ++discarded_;

@@ -13,11 +13,11 @@ absl::StatusOr<core::KvBlockPool*> KvBudget::Attach(const model::Model& model) {
   auto it = pools_.find(&model);
   if (it == pools_.end()) {
     absl::StatusOr<std::unique_ptr<core::KvBlockPool>> pool = core::KvBlockPool::Create(
-        model.config.attention,
-        {.block_tokens = options_.block_tokens,
-         .budget_bytes = options_.budget_bytes,
-         .max_sequence_tokens = options_.max_session_tokens,
-         .int8 = model.config.kv_cache_dtype == model::KvCacheDtype::kInt8});
+        model.config.attention, {.block_tokens = options_.block_tokens,
+                                 .budget_bytes = options_.budget_bytes,
+                                 .max_sequence_tokens = options_.max_session_tokens,
+                                 .int8 = model.config.kv_cache_dtype == model::KvCacheDtype::kInt8,
+                                 .huge_pages = options_.huge_pages});
     if (!pool.ok()) {
       return absl::Status(pool.status().code(),
                           absl::StrCat("KV cache for model \"", model.name, "\" version ",

@@ -52,6 +52,8 @@ struct KvBudgetOptions {
   // blocks, rounded down). >= 0; 0 = none. 16 MiB: four times the fresh blocks 64 sessions of
   // d_model 512 take in one fp32 step, or a 2048-token prompt's K/V in fp32.
   int64_t prefault_ahead_bytes = int64_t{16} << 20;
+  // Transparent huge pages for the pools' arenas (core::KvCacheOptions::huge_pages). Default true.
+  bool huge_pages = true;
 };
 
 class KvBudget {

@@ -14,12 +14,14 @@
 //     in the rounds before it (idle_p50_ms, idle_p99_ms), and the prompt's completion time
 //     (prompt_ms); each benchmark iteration is one fresh run of the scenario, samples pooled.
 //     What picks the scheduler's defaults (docs/PERFORMANCE.md).
-//   BM_FreshBlocks/M  a fresh runtime (--kv-cache-prefault-mb M) and 64 sessions prefilled to 64
-//     tokens, then 128 one-row rounds with 1 ms between a round's answers and the next round's
-//     steps (the wire and the client, as over gRPC). Every 16th round each session crosses into
-//     a block it never had. Counters, in ms: the median compute of those rounds' iterations
-//     (fresh_round_ms) and of the others (other_round_ms) — with M = 0 the first pays the page
-//     faults of 4 MiB of fresh blocks; with M > 0 the idle loop has mapped them already.
+//   BM_FreshBlocks/M/H  a fresh runtime (--kv-cache-prefault-mb M, huge pages for the arena
+//     when H is 1) and 64 sessions prefilled to 64 tokens, then 128 one-row rounds with 1 ms
+//     between a round's answers and the next round's steps (the wire and the client, as over
+//     gRPC). Every 16th round each session crosses into a block it never had. Counters, in ms:
+//     the median compute of those rounds' iterations (fresh_round_ms) and of the others
+//     (other_round_ms) — with M = 0 the first pays the page faults of 4 MiB of fresh blocks;
+//     with M > 0 the idle loop has mapped them already — and the process's CPU time per round,
+//     loop and idle-time mapping included (cpu_per_round_ms).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -312,14 +315,23 @@ class OrderedTimes : public decoding::DecodeListener {
   std::vector<double> ms;
 };
 
+// The process's CPU time (every thread), in ms.
+double ProcessCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
 // One run: appends the compute ms of rounds taking fresh blocks to *fresh, of the others to
-// *other. False on a failure.
-bool FreshBlocksRun(int64_t prefault_mb, const std::shared_ptr<const model::Model>& model,
-                    std::vector<double>* fresh, std::vector<double>* other) {
+// *other, and adds the process's CPU ms over the rounds to *cpu_ms. False on a failure.
+bool FreshBlocksRun(int64_t prefault_mb, bool huge_pages,
+                    const std::shared_ptr<const model::Model>& model, std::vector<double>* fresh,
+                    std::vector<double>* other, double* cpu_ms) {
   decoding::DecodeRuntimeOptions options;
   options.compute_threads = 2;
   options.idle_timeout_us = 0;
   options.kv.prefault_ahead_bytes = prefault_mb << 20;
+  options.kv.huge_pages = huge_pages;
   OrderedTimes times;
   auto rt = decoding::DecodeRuntime::Create(options, batching::RealClock::Default(), &times);
   if (!rt.ok()) return false;
@@ -333,10 +345,12 @@ bool FreshBlocksRun(int64_t prefault_mb, const std::shared_ptr<const model::Mode
   Countdown countdown;
   if (!StepAll(**rt, ids, rows, kFreshContext, countdown)) return false;
   times.Record(true);
+  const double cpu_start_ms = ProcessCpuMs();
   for (int round = 0; round < kFreshRounds; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (!StepAll(**rt, ids, rows, 1, countdown)) return false;
   }
+  *cpu_ms += ProcessCpuMs() - cpu_start_ms;
   times.Record(false);
   if (times.ms.size() != static_cast<size_t>(kFreshRounds)) return false;  // One forward a round.
   for (int round = 0; round < kFreshRounds; ++round) {
@@ -352,18 +366,21 @@ void BM_FreshBlocks(benchmark::State& state) {
     return;
   }
   std::vector<double> fresh, other;
+  double cpu_ms = 0;
   for (auto _ : state) {
-    if (!FreshBlocksRun(state.range(0), model, &fresh, &other)) {
+    if (!FreshBlocksRun(state.range(0), state.range(1) != 0, model, &fresh, &other, &cpu_ms)) {
       state.SkipWithError("scenario failed");
       return;
     }
   }
   state.counters["fresh_round_ms"] = Quantile(fresh, 0.5);
   state.counters["other_round_ms"] = Quantile(other, 0.5);
+  state.counters["cpu_per_round_ms"] =
+      cpu_ms / static_cast<double>(state.iterations() * kFreshRounds);
 }
 BENCHMARK(BM_FreshBlocks)
-    ->Arg(0)
-    ->Arg(16)
+    ->ArgNames({"prefault_mb", "huge_pages"})
+    ->ArgsProduct({{0, 16}, {0, 1}})
     ->Iterations(3)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -7,10 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/kv_cache/kv_block_pool.h"
@@ -104,7 +109,9 @@ TEST(KvPrefaultTest, PrefaultStopsAtEachBoundAndThenDoesNothing) {
 }
 
 TEST(KvPrefaultTest, PrefaultMapsThePagesOfTheBlocksItTouchesAndNoOthers) {
-  auto pool = KvBlockPool::Create(kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes});
+  // 4 KiB pages: a huge page would map the blocks around the ones touched.
+  auto pool = KvBlockPool::Create(
+      kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes, .huge_pages = false});
   ASSERT_TRUE(pool.ok()) << pool.status();
   KvBlockPool& p = **pool;
   ASSERT_EQ(p.block_bytes(), kWideBlockBytes);
@@ -125,7 +132,8 @@ TEST(KvPrefaultTest, PrefaultMapsThePagesOfTheBlocksItTouchesAndNoOthers) {
 }
 
 TEST(KvPrefaultTest, PrefaultAskedToStopTouchesNothingAndLaterGoesOn) {
-  auto pool = KvBlockPool::Create(kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes});
+  auto pool = KvBlockPool::Create(
+      kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes, .huge_pages = false});
   ASSERT_TRUE(pool.ok()) << pool.status();
   KvBlockPool& p = **pool;
   ASSERT_EQ(PagesOfBlocks(p, 1, kWideBlocks).resident, 0) << "a fresh arena should be unmapped";
@@ -170,8 +178,11 @@ TEST(KvPrefaultTest, PrefaultLeavesTheRowsOfBlocksInUseAlone) {
 
 // Free blocks give their pages back (the least recently released first); blocks in use, and
 // their rows, are left alone; a discarded block handed out again holds what is written to it.
-TEST(KvPrefaultTest, DiscardGivesBackThePagesOfFreeBlocksOnly) {
-  auto pool = KvBlockPool::Create(kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes});
+class KvDiscardTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KvDiscardTest, DiscardGivesBackThePagesOfFreeBlocksOnly) {
+  auto pool = KvBlockPool::Create(
+      kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes, .huge_pages = GetParam()});
   ASSERT_TRUE(pool.ok()) << pool.status();
   KvBlockPool& p = **pool;
   KvSequence kept, freed;
@@ -213,6 +224,66 @@ TEST(KvPrefaultTest, DiscardGivesBackThePagesOfFreeBlocksOnly) {
   EXPECT_EQ(p.resident_blocks(), 9);
   p.Write(again, 1, k.data(), 512, v.data(), 512);
   EXPECT_EQ(p.keys(again.blocks[0], 0)[3], k[3]);
+}
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, KvDiscardTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "HugePages" : "SmallPages";
+                         });
+
+// The system's transparent huge page mode: "always", "madvise" or "never" ("" when unknown).
+std::string ThpMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos
+             ? ""
+             : line.substr(open + 1, close - open - 1);
+}
+
+// The "THPeligible" field of /proc/self/smaps for the mapping that holds `address`: whether the
+// kernel may back it with huge pages. -1 when not found.
+int ThpEligible(const void* address) {
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &begin, &end) == 2 &&
+        line.find(':') > line.find(' ')) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + std::strlen("THPeligible:"));
+    }
+  }
+  return -1;
+}
+
+TEST(KvPrefaultTest, AHugePageArenaIsAlignedAsksForHugePagesAndADiscardedBlockNoLonger) {
+  auto pool = KvBlockPool::Create(kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  KvBlockPool& p = **pool;
+  const void* arena = p.key_data(0, 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(arena) % (uintptr_t{2} << 20), 0u);
+  const std::string mode = ThpMode();
+  if (mode != "always" && mode != "madvise") GTEST_SKIP() << "THP mode \"" << mode << "\"";
+  EXPECT_EQ(ThpEligible(arena), 1);
+
+  KvSequence freed;
+  ASSERT_TRUE(AppendTokens(p, freed, 16 * 4).ok());  // Blocks 0..3, then free again.
+  p.Release(freed);
+  ASSERT_EQ(p.DiscardFreeBlocks(1), 1);  // Block 0: released longest ago.
+  EXPECT_EQ(ThpEligible(p.key_data(0, 0)), 0);
+  EXPECT_EQ(ThpEligible(p.key_data(40, 0)), 1);  // In the next 2 MiB.
+
+  if (mode == "madvise") {
+    auto small = KvBlockPool::Create(
+        kWide, {.budget_bytes = kWideBlocks * kWideBlockBytes, .huge_pages = false});
+    ASSERT_TRUE(small.ok()) << small.status();
+    EXPECT_EQ(ThpEligible((*small)->key_data(0, 0)), 0);
+  }
 }
 
 }  // namespace
