@@ -8,8 +8,9 @@
 // each row's scale applied once (to the dot product, or to the probability that weighs the value
 // row). On CPUs with AVX-512 VNNI an all-int8 row's dot products are integer arithmetic instead
 // (int8_dot_kernel.h).
-// AttendRows, for T > 1 rows of one sequence (a prefill chunk), gathers the keys once and runs
-// Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per row).
+// AttendRows (attend_rows.cc), for T > 1 rows of one sequence (a prefill chunk), gathers the keys
+// once and runs Q·Kᵀ and P·V as two dnnl_sgemm calls (compute-bound there: ~10x AttendRow per
+// row).
 //
 // Pure functions on caller-owned memory; thread-safe.
 #ifndef ATTNSERVE_CORE_KV_CACHE_PAGED_ATTENTION_H_
