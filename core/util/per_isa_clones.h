@@ -7,7 +7,9 @@
 // The project builds for baseline x86-64 (SSE2); short vectorised loops that are bandwidth- or
 // exp-bound only reach the machine's speed on its full vector width. ThreadSanitizer instruments
 // the clone resolver, which the dynamic loader runs before the TSan runtime exists (it crashed
-// test discovery), so TSan builds keep the single baseline version.
+// test discovery), so TSan builds keep the single baseline version; so does a library that defines
+// ATTNSERVE_SINGLE_ISA_VERSION (the KV-cache kernels in the fuzz build, which no fuzzer runs: with
+// the fuzzers' instrumentation their three versions took 4.4 minutes to compile).
 //
 // Put it only on internal functions with no earlier declaration, and let the public function (the
 // one its header declares) call the clones: Clang 14 compiles a target_clones function that was
@@ -18,7 +20,7 @@
 #ifndef ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
 #define ATTNSERVE_CORE_UTIL_PER_ISA_CLONES_H_
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || defined(ATTNSERVE_SINGLE_ISA_VERSION)
 #define ATTNSERVE_PER_ISA_CLONES
 #else
 #define ATTNSERVE_PER_ISA_CLONES \
