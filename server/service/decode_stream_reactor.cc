@@ -1,5 +1,7 @@
 #include "server/service/decode_stream_reactor.h"
 
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +14,10 @@ namespace attnserve::server {
 // One message's answer, filled by its items (on gRPC and loop threads) under mu.
 struct DecodeStreamReactor::Pending {
   std::mutex mu;
+  // The answer without its steps' outputs, which stay in `outputs` (one per step, set when the
+  // step succeeded) until the answer is encoded.
   v1::DecodeResponse response ABSL_GUARDED_BY(mu);
+  std::vector<std::optional<DecodeStepOutput>> outputs ABSL_GUARDED_BY(mu);
   // Items not yet done, plus one held by Start until every item is started.
   int outstanding ABSL_GUARDED_BY(mu) = 1;
   // Sessions the message closes, once its steps are answered.
@@ -24,11 +29,12 @@ struct DecodeStreamReactor::Pending {
 
 namespace {
 
-// `response` as bytes to write; an in-band Internal error in its place if it cannot be
-// serialised (over protobuf's 2 GiB), so the message still gets an answer.
-grpc::ByteBuffer Serialized(const v1::DecodeResponse& response) {
+// `response` with `outputs` as bytes to write; an in-band Internal error in its place if it
+// cannot be serialised (over protobuf's 2 GiB), so the message still gets an answer.
+grpc::ByteBuffer Serialized(const v1::DecodeResponse& response,
+                            std::span<const std::optional<DecodeStepOutput>> outputs) {
   grpc::ByteBuffer bytes;
-  absl::Status status = SerializeWireMessage(response, &bytes);
+  absl::Status status = SerializeDecodeResponse(response, outputs, &bytes);
   if (!status.ok()) {
     v1::DecodeResponse error;
     error.set_request_id(response.request_id());
@@ -90,7 +96,7 @@ void DecodeStreamReactor::OnMessage(grpc::ByteBuffer* bytes) {
     v1::DecodeResponse response;
     FillDecodeError(parsed, response.mutable_error());
     meter.Record(CodeOf(response));
-    QueueAnswer(response, reserved);
+    QueueAnswer(response, {}, reserved);
   }
 }
 
@@ -125,6 +131,7 @@ void DecodeStreamReactor::Start(const v1::DecodeRequest& message, int64_t reserv
     for (int i = 0; i < message.closes_size(); ++i) {
       response.add_closes()->set_session(message.closes(i).session());
     }
+    pending->outputs.resize(static_cast<size_t>(message.steps_size()));
     pending->outstanding += message.opens_size() + message.steps_size();
   }
   for (int i = 0; i < message.opens_size(); ++i) StartOpen(message, i, pending);
@@ -234,11 +241,12 @@ absl::StatusOr<decoding::StepRequest> DecodeStreamReactor::PrepareStep(
   step->done = [this, pending, index, format, d_model](absl::StatusOr<std::vector<float>> output) {
     {
       std::lock_guard<std::mutex> lock(pending->mu);
-      v1::DecodeStepResult* result = pending->response.mutable_steps(index);
       if (output.ok()) {
-        FillDecodeStepOutput(*output, d_model, format, result);
+        // Kept as computed: the answer's encoder writes the rows once, in their wire format.
+        pending->outputs[static_cast<size_t>(index)] =
+            DecodeStepOutput{.rows = *std::move(output), .d_model = d_model, .format = format};
       } else {
-        FillDecodeError(output.status(), result->mutable_error());
+        FillDecodeError(output.status(), pending->response.mutable_steps(index)->mutable_error());
       }
     }
     ItemDone(pending);
@@ -294,7 +302,7 @@ void DecodeStreamReactor::ItemDone(const std::shared_ptr<Pending>& pending) {
   }
   std::lock_guard<std::mutex> lock(pending->mu);  // For the analysis; uncontended.
   pending->meter.Record(CodeOf(pending->response));
-  QueueAnswer(pending->response, pending->reserved_bytes);
+  QueueAnswer(pending->response, pending->outputs, pending->reserved_bytes);
 }
 
 void DecodeStreamReactor::Tags::MarkClosed(const std::string& tag, uint64_t serial,
@@ -315,8 +323,10 @@ void DecodeStreamReactor::Tags::MarkClosed(const std::string& tag, uint64_t seri
   }
 }
 
-void DecodeStreamReactor::QueueAnswer(const v1::DecodeResponse& response, int64_t reserved_bytes) {
-  Answer(Serialized(response), reserved_bytes);
+void DecodeStreamReactor::QueueAnswer(const v1::DecodeResponse& response,
+                                      std::span<const std::optional<DecodeStepOutput>> outputs,
+                                      int64_t reserved_bytes) {
+  Answer(Serialized(response, outputs), reserved_bytes);
 }
 
 void DecodeStreamReactor::OnClientGone() {

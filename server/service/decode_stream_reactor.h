@@ -38,12 +38,15 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "attnserve/v1/attention.pb.h"
 #include "server/conversion/attnserve_v1/decode_conversion.h"
+#include "server/conversion/attnserve_v1/decode_response_encoder.h"
 #include "server/decoding/decode_runtime.h"
 #include "server/service/attend_submitter.h"
 #include "server/service/flow_controlled_stream.h"
@@ -97,8 +100,11 @@ class DecodeStreamReactor final : public FlowControlledStream {
                   const std::shared_ptr<Pending>& pending);
   // One item of `pending` is done; the last one closes the message's sessions and answers it.
   void ItemDone(const std::shared_ptr<Pending>& pending);
-  // Queues an answer for writing (or drops it when the client is gone).
-  void QueueAnswer(const v1::DecodeResponse& response, int64_t reserved_bytes);
+  // Queues an answer for writing (or drops it when the client is gone): `response` with each
+  // step's output from `outputs` (none for a message without steps).
+  void QueueAnswer(const v1::DecodeResponse& response,
+                   std::span<const std::optional<DecodeStepOutput>> outputs,
+                   int64_t reserved_bytes);
 
   decoding::DecodeRuntime* const runtime_;
   const AttendSubmitter* const submitter_;

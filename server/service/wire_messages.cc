@@ -51,4 +51,19 @@ absl::Status SerializeAttendResponse(const AttendWork& work, const AttendResult&
   return absl::OkStatus();
 }
 
+absl::Status SerializeDecodeResponse(const v1::DecodeResponse& response,
+                                     std::span<const std::optional<DecodeStepOutput>> outputs,
+                                     grpc::ByteBuffer* bytes) {
+  absl::StatusOr<DecodeResponseEncoder> encoder = DecodeResponseEncoder::Create(response, outputs);
+  if (!encoder.ok()) return encoder.status();
+  if (encoder->size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InternalError(
+        absl::StrCat("response of ", encoder->size(), " bytes is over protobuf's 2 GiB limit"));
+  }
+  grpc::Slice slice(encoder->size());  // Uninitialised; EncodeTo writes every byte.
+  encoder->EncodeTo(reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin())));
+  *bytes = grpc::ByteBuffer(&slice, 1);  // Takes a reference: no copy.
+  return absl::OkStatus();
+}
+
 }  // namespace attnserve::server

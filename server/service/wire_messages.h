@@ -10,10 +10,14 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <optional>
+#include <span>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "attnserve/v1/attention.pb.h"
 #include "google/protobuf/message.h"
+#include "server/conversion/attnserve_v1/decode_response_encoder.h"
 #include "server/runtime/attend_work.h"
 
 namespace attnserve::server {
@@ -32,6 +36,14 @@ absl::Status SerializeWireMessage(const google::protobuf::Message& message,
 // held) as one slice, encoded straight from `result` (AttendResponseEncoder): the answer's floats
 // are copied once. Internal if `result` does not fit `work` (as FillAttendResponse).
 absl::Status SerializeAttendResponse(const AttendWork& work, const AttendResult& result,
+                                     grpc::ByteBuffer* bytes);
+
+// Serialises the attnserve.v1 DecodeResponse `response` with each step's output taken from
+// `outputs` (DecodeResponseEncoder's contract) into `bytes` (replacing what they held) as one
+// slice: the outputs' floats are encoded once. Internal if the encoder refuses them, or for an
+// answer over protobuf's 2 GiB.
+absl::Status SerializeDecodeResponse(const v1::DecodeResponse& response,
+                                     std::span<const std::optional<DecodeStepOutput>> outputs,
                                      grpc::ByteBuffer* bytes);
 
 }  // namespace attnserve::server

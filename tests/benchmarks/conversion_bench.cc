@@ -5,6 +5,9 @@
 //   *Response: AttendResult -> response message -> response bytes
 //   BM_V1ResponseEncoded: AttendResult -> response bytes (AttendResponseEncoder, what Attend and
 //              AttendStream answer with), into an uninitialised buffer as gRPC's slice is
+//   BM_DecodeAnswer: a Decode message's answer of B one-row steps (the runtime's output rows) ->
+//              DecodeResponse (FillDecodeStepOutput per step) -> bytes; BM_DecodeAnswerEncoded the
+//              same bytes by DecodeResponseEncoder, what the Decode stream answers with
 // ModelInfer's cost beyond Attend's, and the encoder's against the message path, measured apart
 // from the load generator, gRPC and a busy machine. Arguments: T (query rows).
 #include <benchmark/benchmark.h>
@@ -12,6 +15,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,8 @@
 #include "core/model/model.h"
 #include "inference/grpc_predict_v2.pb.h"
 #include "server/conversion/attnserve_v1/conversion.h"
+#include "server/conversion/attnserve_v1/decode_conversion.h"
+#include "server/conversion/attnserve_v1/decode_response_encoder.h"
 #include "server/conversion/attnserve_v1/response_encoder.h"
 #include "server/conversion/oip/oip_conversion.h"
 
@@ -149,11 +155,68 @@ void BM_OipResponse(benchmark::State& state) {
   }
 }
 
+// A Decode answer of B steps of one row each (d_model 512) in `format`: the message without the
+// outputs, and the outputs.
+struct DecodeAnswer {
+  v1::DecodeResponse response;
+  std::vector<std::optional<server::DecodeStepOutput>> outputs;
+};
+
+DecodeAnswer MakeDecodeAnswer(int64_t steps, bool bf16) {
+  const server::DecodeOutputFormat format{
+      .raw_output = true, .raw_format = bf16 ? FloatFormat::kBFloat16 : FloatFormat::kFloat32};
+  DecodeAnswer answer;
+  answer.response.set_request_id("round");
+  for (int64_t i = 0; i < steps; ++i) {
+    answer.response.add_steps()->set_session("session-" + std::to_string(i));
+    answer.outputs.push_back(server::DecodeStepOutput{
+        .rows = std::vector<float>(512, 0.25f), .d_model = 512, .format = format});
+  }
+  return answer;
+}
+
+void BM_DecodeAnswer(benchmark::State& state) {
+  const DecodeAnswer answer = MakeDecodeAnswer(state.range(0), state.range(1) != 0);
+  for (auto _ : state) {
+    v1::DecodeResponse response = answer.response;
+    for (size_t i = 0; i < answer.outputs.size(); ++i) {
+      const server::DecodeStepOutput& output = *answer.outputs[i];
+      server::FillDecodeStepOutput(output.rows, output.d_model, output.format,
+                                   response.mutable_steps(static_cast<int>(i)));
+    }
+    benchmark::DoNotOptimize(response.SerializeAsString());
+  }
+}
+
+void BM_DecodeAnswerEncoded(benchmark::State& state) {
+  const DecodeAnswer answer = MakeDecodeAnswer(state.range(0), state.range(1) != 0);
+  for (auto _ : state) {
+    v1::DecodeResponse response = answer.response;  // As the path above: a message per answer.
+    absl::StatusOr<server::DecodeResponseEncoder> encoder =
+        server::DecodeResponseEncoder::Create(response, answer.outputs);
+    Check(encoder.status(), state);
+    if (!encoder.ok()) break;
+    std::unique_ptr<char[]> bytes(new char[encoder->size()]);
+    encoder->EncodeTo(bytes.get());
+    benchmark::DoNotOptimize(bytes.get());
+  }
+}
+
 BENCHMARK(BM_V1Request)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OipRequest)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_V1Response)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_V1ResponseEncoded)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OipResponse)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeAnswer)
+    ->ArgNames({"B", "bf16"})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeAnswerEncoded)
+    ->ArgNames({"B", "bf16"})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace attnserve

@@ -6,36 +6,20 @@
 
 #include "google/protobuf/io/coded_stream.h"
 #include "server/conversion/attnserve_v1/conversion_internal.h"
+#include "server/conversion/attnserve_v1/wire_format.h"
 
 namespace attnserve::server {
 namespace {
 
 using google::protobuf::io::CodedOutputStream;
-
-// Wire types (protobuf encoding): varint and length-delimited.
-constexpr uint32_t kVarint = 0;
-constexpr uint32_t kLengthDelimited = 2;
-
-// Tensor's field numbers (attnserve/v1/attention.proto).
-constexpr int kShapeField = 1;
-constexpr int kValuesField = 2;
-constexpr int kRawField = 3;
-constexpr int kDtypeField = 4;
-
-constexpr uint32_t Tag(int field_number, uint32_t wire_type) {
-  return (static_cast<uint32_t>(field_number) << 3) | wire_type;
-}
-
-// A length-delimited field of `payload` bytes: tag, length, payload.
-size_t LengthDelimitedBytes(int field_number, size_t payload) {
-  return CodedOutputStream::VarintSize32(Tag(field_number, kLengthDelimited)) +
-         CodedOutputStream::VarintSize64(payload) + payload;
-}
-
-uint8_t* WriteLengthPrefix(int field_number, size_t payload, uint8_t* target) {
-  target = CodedOutputStream::WriteVarint32ToArray(Tag(field_number, kLengthDelimited), target);
-  return CodedOutputStream::WriteVarint64ToArray(payload, target);
-}
+using wire_format::kDtypeField;
+using wire_format::kRawField;
+using wire_format::kShapeField;
+using wire_format::kValuesField;
+using wire_format::kVarint;
+using wire_format::LengthDelimitedBytes;
+using wire_format::Tag;
+using wire_format::WriteLengthPrefix;
 
 }  // namespace
 

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attention.pb.h"
 #include "core/model/model.h"
+#include "gtest/gtest.h"
 #include "server/conversion/attnserve_v1/conversion.h"
 #include "server/runtime/attend_work.h"
 
@@ -47,6 +49,20 @@ server::AttendResult ResultFor(const server::AttendWork& work);
 // ParseAttendRequest against TinyModel().
 absl::StatusOr<server::AttendWork> Parse(const v1::AttendRequest& request,
                                          const server::ModelLimits& limits = {});
+
+// What a hand-written encoder (AttendResponseEncoder, DecodeResponseEncoder) writes; empty, and
+// a test failure, when `encoder` is an error. Checks that EncodeTo writes exactly size() bytes.
+template <typename Encoder>
+std::string EncodedBytes(const absl::StatusOr<Encoder>& encoder) {
+  EXPECT_TRUE(encoder.ok()) << encoder.status();
+  if (!encoder.ok()) return "";
+  // One byte past the end, to see that the encoder writes no more.
+  std::string bytes(encoder->size() + 1, '\x5a');
+  encoder->EncodeTo(bytes.data());
+  EXPECT_EQ(bytes.back(), '\x5a');
+  bytes.pop_back();
+  return bytes;
+}
 
 }  // namespace attnserve::testing
 
