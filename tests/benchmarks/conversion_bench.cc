@@ -5,6 +5,8 @@
 //   *Response: AttendResult -> response message -> response bytes
 //   BM_V1ResponseEncoded: AttendResult -> response bytes (AttendResponseEncoder, what Attend and
 //              AttendStream answer with), into an uninitialised buffer as gRPC's slice is
+//   BM_DecodeRequest: a Decode message of B one-row steps -> DecodeRequest (on the heap, or on a
+//              protobuf arena as the Decode stream parses) -> B StepRequests (ParseDecodeStep)
 //   BM_DecodeAnswer: a Decode message's answer of B one-row steps (the runtime's output rows) ->
 //              DecodeResponse (FillDecodeStepOutput per step) -> bytes; BM_DecodeAnswerEncoded the
 //              same bytes by DecodeResponseEncoder, what the Decode stream answers with
@@ -155,6 +157,41 @@ void BM_OipResponse(benchmark::State& state) {
   }
 }
 
+// A Decode message of B one-row steps (d_model 512, raw fp32), as a client sends a round.
+std::string DecodeRequestBytes(int64_t steps) {
+  v1::DecodeRequest request;
+  request.set_request_id("round");
+  const std::string row = InputBytes(1);
+  for (int64_t i = 0; i < steps; ++i) {
+    v1::DecodeStep* step = request.add_steps();
+    step->set_session("session-" + std::to_string(i));
+    step->mutable_rows()->add_shape(1);
+    step->mutable_rows()->add_shape(512);
+    step->mutable_rows()->set_raw(row);
+    step->set_raw_output(true);
+  }
+  return request.SerializeAsString();
+}
+
+void BM_DecodeRequest(benchmark::State& state) {
+  const server::DecodeStreamSession session{.id = 1, .model = Demo(), .serial = 1, .closed = {}};
+  const std::string bytes = DecodeRequestBytes(state.range(0));
+  const bool on_arena = state.range(1) != 0;
+  for (auto _ : state) {
+    google::protobuf::Arena arena;
+    v1::DecodeRequest heap_request;
+    v1::DecodeRequest& request =
+        on_arena ? *google::protobuf::Arena::CreateMessage<v1::DecodeRequest>(&arena)
+                 : heap_request;
+    request.ParseFromString(bytes);
+    for (int i = 0; i < request.steps_size(); ++i) {
+      absl::StatusOr<decoding::StepRequest> step = server::ParseDecodeStep(request, i, session);
+      Check(step.status(), state);
+      benchmark::DoNotOptimize(step);
+    }
+  }
+}
+
 // A Decode answer of B steps of one row each (d_model 512) in `format`: the message without the
 // outputs, and the outputs.
 struct DecodeAnswer {
@@ -207,6 +244,11 @@ BENCHMARK(BM_OipRequest)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_V1Response)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_V1ResponseEncoded)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_OipResponse)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeRequest)
+    ->ArgNames({"B", "arena"})
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeAnswer)
     ->ArgNames({"B", "bf16"})
     ->Args({64, 0})
