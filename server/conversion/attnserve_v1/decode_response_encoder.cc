@@ -17,6 +17,11 @@ int DtypeOf(const DecodeOutputFormat& format) {
   return format.raw_output ? static_cast<int>(format.raw_format) : 0;
 }
 
+// The encoding of an output's floats: raw_format for raw bytes, float32 for values.
+FloatFormat WireFormatOf(const DecodeOutputFormat& format) {
+  return format.raw_output ? format.raw_format : FloatFormat::kFloat32;
+}
+
 int DataFieldOf(const DecodeOutputFormat& format) {
   return format.raw_output ? wf::kRawField : wf::kValuesField;
 }
@@ -76,17 +81,14 @@ DecodeResponseEncoder::DecodeResponseEncoder(
 DecodeResponseEncoder::StepPlan DecodeResponseEncoder::Plan(
     const v1::DecodeStepResult& result, const std::optional<DecodeStepOutput>& output) {
   StepPlan plan;
-  plan.rest_bytes = result.ByteSizeLong();
-  plan.message_bytes = plan.rest_bytes;
+  plan.message_bytes = result.ByteSizeLong();  // The result without its output (the session).
   if (!output.has_value()) return plan;
   // FillDecodeStepOutput's shape: [rows, d_model].
   const auto elements = static_cast<int64_t>(output->rows.size());
   plan.rows = output->d_model > 0 ? elements / output->d_model : 0;
   plan.shape_bytes = CodedOutputStream::VarintSize64(static_cast<uint64_t>(plan.rows)) +
                      CodedOutputStream::VarintSize64(static_cast<uint64_t>(output->d_model));
-  const FloatFormat format =
-      output->format.raw_output ? output->format.raw_format : FloatFormat::kFloat32;
-  plan.data_bytes = static_cast<size_t>(elements * FloatFormatBytes(format));
+  plan.data_bytes = static_cast<size_t>(elements * FloatFormatBytes(WireFormatOf(output->format)));
   plan.tensor_bytes = wf::LengthDelimitedBytes(wf::kShapeField, plan.shape_bytes);
   if (plan.data_bytes > 0) {
     plan.tensor_bytes += wf::LengthDelimitedBytes(DataFieldOf(output->format), plan.data_bytes);
@@ -115,9 +117,7 @@ uint8_t* DecodeResponseEncoder::EncodeStep(int index, uint8_t* target) const {
   target = CodedOutputStream::WriteVarint64ToArray(static_cast<uint64_t>(output->d_model), target);
   if (plan.data_bytes > 0) {
     target = wf::WriteLengthPrefix(DataFieldOf(output->format), plan.data_bytes, target);
-    const FloatFormat format =
-        output->format.raw_output ? output->format.raw_format : FloatFormat::kFloat32;
-    EncodeFloats(output->rows, format, reinterpret_cast<char*>(target));
+    EncodeFloats(output->rows, WireFormatOf(output->format), reinterpret_cast<char*>(target));
     target += plan.data_bytes;
   }
   if (const int dtype = DtypeOf(output->format); dtype != 0) {

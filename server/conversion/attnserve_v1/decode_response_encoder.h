@@ -48,7 +48,6 @@ class DecodeResponseEncoder {
  private:
   // One step result's serialisation: its message without the output, and the output Tensor.
   struct StepPlan {
-    size_t rest_bytes = 0;     // the result without its output (the session)
     size_t tensor_bytes = 0;   // the output Tensor's serialisation (0 when it has none)
     size_t shape_bytes = 0;    // the packed varints of the output's shape
     size_t data_bytes = 0;     // the output's encoded floats
@@ -58,7 +57,8 @@ class DecodeResponseEncoder {
 
   DecodeResponseEncoder(const v1::DecodeResponse& response,
                         std::span<const std::optional<DecodeStepOutput>> outputs);
-  StepPlan Plan(const v1::DecodeStepResult& result, const std::optional<DecodeStepOutput>& output);
+  static StepPlan Plan(const v1::DecodeStepResult& result,
+                       const std::optional<DecodeStepOutput>& output);
   uint8_t* EncodeStep(int index, uint8_t* target) const;
 
   const v1::DecodeResponse* response_;
